@@ -1,0 +1,20 @@
+"""ttft-exporter: time to first token, inter-token latency, stalls and call phases of LLM calls.
+
+The public surface is exactly what is imported here (pinned by tests/test_public_api.py).
+"""
+
+from prometheus_client.registry import Collector as _Collector
+
+from .runtime import configure
+from .server import start_http_server
+from .shim.context import labels
+from .shim.manual import track
+
+__all__ = ["collector", "configure", "labels", "start_http_server", "track"]
+
+
+def collector() -> _Collector:
+    """A prometheus_client collector of this process's metrics, for apps that serve /metrics."""
+    from .collector import ExporterCollector
+
+    return ExporterCollector()

@@ -1,0 +1,123 @@
+"""Every metric, label, phase and outcome name of the project, spelled once.
+
+Dashboards, alert rules, the collector and the docs all import from here, so a rename is one
+edit and a test (tests/test_names.py) keeps docs/metrics.md in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# --- labels -------------------------------------------------------------------------------------
+MODEL = "model"
+ROUTE = "route"
+TENANT = "tenant"
+PROVIDER = "provider"
+PHASE = "phase"
+OUTCOME = "outcome"
+QUANTILE = "quantile"
+REASON = "reason"
+
+#: Value a tenant folds into once its (model, route) holds ``max_tenants`` tenants.
+OTHER_TENANT = "__other__"
+#: Value used when a label is unknown (no ``labels()`` context, no model in the request).
+UNKNOWN = "unknown"
+
+# --- phases (DESIGN §4), in call order ------------------------------------------------------------
+PHASES: tuple[str, ...] = ("queue", "connect", "send", "server", "prefill", "reasoning", "decode")
+
+# --- outcomes ------------------------------------------------------------------------------------
+OK = "ok"
+ERROR = "error"
+CANCELLED = "cancelled"
+TIMEOUT = "timeout"
+ABANDONED = "abandoned"
+OUTCOMES: tuple[str, ...] = (OK, ERROR, CANCELLED, TIMEOUT, ABANDONED)
+
+# --- token kinds ---------------------------------------------------------------------------------
+CONTENT = "content"
+REASONING = "reasoning"
+TOOL = "tool"
+TOKEN_KINDS: tuple[str, ...] = (CONTENT, REASONING, TOOL)
+
+Unit = Literal["seconds", "tokens"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One histogram family: its exposition name, unit, help text and default label set."""
+
+    name: str
+    unit: Unit
+    help: str
+    tenant_by_default: bool
+    extra_label: str | None = None
+
+    @property
+    def window_name(self) -> str:
+        """Name of the gauge family holding this histogram's sliding-window quantiles."""
+        if self.unit == "seconds":
+            return self.name.removesuffix("_seconds") + "_window_seconds"
+        return self.name + "_window"
+
+
+TTFT = Family(
+    "llm_client_time_to_first_token_seconds", "seconds",
+    "Time from the SDK call to the first output token of any kind.", True)
+FIRST_ANSWER = Family(
+    "llm_client_time_to_first_answer_token_seconds", "seconds",
+    "Time from the SDK call to the first output token that is not reasoning.", True)
+ITL = Family(
+    "llm_client_inter_token_latency_seconds", "seconds",
+    "Each gap between consecutive token events after the first.", False)
+TPOT = Family(
+    "llm_client_time_per_output_token_seconds", "seconds",
+    "Per call: (last token - first token) / (output tokens - 1).", False)
+STALL = Family(
+    "llm_client_stream_stall_seconds", "seconds",
+    "Per call: the largest gap between consecutive token events.", True)
+DURATION = Family(
+    "llm_client_request_duration_seconds", "seconds",
+    "Time from the SDK call to the end of the response.", True)
+PHASE_FAMILY = Family(
+    "llm_client_phase_seconds", "seconds",
+    "Time spent in each phase of the call (queue, connect, send, server, prefill, reasoning, "
+    "decode).", False, extra_label=PHASE)
+INPUT_TOKENS = Family(
+    "llm_client_input_tokens", "tokens", "Input tokens per call, from the provider's usage.", False)
+OUTPUT_TOKENS = Family(
+    "llm_client_output_tokens", "tokens", "Output tokens per call, from the provider's usage.",
+    False)
+CACHED_INPUT_TOKENS = Family(
+    "llm_client_cached_input_tokens", "tokens",
+    "Input tokens per call served from the provider's prompt cache.", False)
+
+HISTOGRAMS: tuple[Family, ...] = (
+    TTFT, FIRST_ANSWER, ITL, TPOT, STALL, DURATION, PHASE_FAMILY,
+    INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS,
+)
+HISTOGRAMS_BY_NAME: dict[str, Family] = {f.name: f for f in HISTOGRAMS}
+
+REQUESTS_TOTAL = "llm_client_requests_total"  # counter {outcome}; carries tenant by default
+REQUESTS_IN_FLIGHT = "llm_client_requests_in_flight"  # gauge; model, route, provider
+
+# --- self-metrics --------------------------------------------------------------------------------
+SELF_SERIES = "ttft_exporter_series"
+SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
+SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
+SELF_PUSH_ERRORS = "ttft_exporter_push_errors_total"
+SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
+
+# Reasons for a counted drop (label ``reason`` of SELF_DROPS).
+DROP_SERIES_LIMIT = "series_limit"
+DROP_BAD_VALUE = "bad_value"
+DROP_BAD_LABEL = "bad_label"
+DROP_INTERNAL = "internal_error"
+DROP_REASONS: tuple[str, ...] = (DROP_SERIES_LIMIT, DROP_BAD_VALUE, DROP_BAD_LABEL, DROP_INTERNAL)
+
+# --- OpenTelemetry GenAI names these map to (DESIGN §4) -------------------------------------------
+OTEL_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
+OTEL_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
+OTEL_OPERATION_DURATION = "gen_ai.client.operation.duration"
+OTEL_TOKEN_USAGE = "gen_ai.client.token.usage"

@@ -1,0 +1,205 @@
+"""The keyed store: one HDR histogram per (family, label set), counters, and the label guard.
+
+Recording happens in the caller's thread at the end of each call: derive the values (outside
+the lock), then one lock acquisition to record them all. Nothing here raises into the caller;
+a value or label that cannot be recorded is a counted drop (`ttft_exporter_dropped_total`).
+Scrapes take the lock only to swap the set of changed series and copy their histograms
+("lock then swap"), and render outside it.
+
+Memory bound (docs/memory.md): every series holds at most `counts_len × 8` bytes of counters
+(32-bit until a bucket passes 4e9), in practice the span of octaves its values cover × 128 × 4
+bytes; windowed families hold up to `window.slices` more such histograms each. The number of
+series is capped by `labels.max_series`; tenants by `labels.max_tenants` per (model, route).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import names
+from .config import Config
+from .guard import LabelGuard
+from .histogram import Histogram, Layout
+from .timeline import CallTimeline, derive
+
+US_PER_SECOND = 1_000_000
+
+#: Families with sliding-window quantiles: the user-facing ones (per-call values, not per chunk).
+WINDOWED = frozenset({names.TTFT.name, names.FIRST_ANSWER.name, names.STALL.name,
+                      names.DURATION.name})
+
+
+class Series:
+    """One histogram series: cumulative counts, window slices, and its cached exposition text."""
+
+    __slots__ = ("values", "hist", "slices", "text", "window_text", "window_key")
+
+    def __init__(self, values: tuple[str, ...], layout: Layout):
+        self.values = values
+        self.hist = Histogram(layout)
+        #: (slice id, histogram) of the sliding window, oldest first; None when not windowed.
+        self.slices: list[tuple[int, Histogram]] | None = None
+        self.text = ""
+        self.window_text = ""
+        self.window_key = -1
+
+
+@dataclass
+class FamilyState:
+    family: names.Family
+    layout: Layout
+    #: Label names of the series key, sorted (the order Prometheus text uses).
+    label_names: tuple[str, ...]
+    has_tenant: bool
+    windowed: bool
+    series: dict[tuple[str, ...], Series] = field(default_factory=dict)
+
+
+class Recorder:
+    """All metric state of one process (or, in the aggregator, of all pushing workers)."""
+
+    def __init__(self, config: Config | None = None):
+        self.config = config = config or Config()
+        self._lock = threading.Lock()
+        self.guard = LabelGuard(config.labels)
+        digits = config.histograms.significant_digits
+        seconds_layout = Layout(int(config.histograms.max_seconds * US_PER_SECOND), digits,
+                                [round(b * US_PER_SECOND) for b in config.seconds_buckets()])
+        tokens_layout = Layout(config.histograms.max_tokens, digits,
+                               [int(b) for b in config.histograms.token_buckets])
+        self.families: dict[str, FamilyState] = {}
+        for fam in names.HISTOGRAMS:
+            has_tenant = config.family_has_tenant(fam)
+            label_names = [names.MODEL, names.PROVIDER, names.ROUTE]
+            if has_tenant:
+                label_names.append(names.TENANT)
+            if fam.extra_label:
+                label_names.append(fam.extra_label)
+            self.families[fam.name] = FamilyState(
+                fam, seconds_layout if fam.unit == "seconds" else tokens_layout,
+                tuple(sorted(label_names)), has_tenant, fam.name in WINDOWED)
+        self.slice_ns = int(config.window.seconds / config.window.slices * 1e9)
+        self.series_count = 0
+        self.requests: dict[tuple[str, str, str, str, str], int] = {}  # model,outcome,prov,route,ten
+        self.in_flight: dict[tuple[str, str, str], int] = {}  # model, provider, route
+        self.drops: dict[str, int] = {reason: 0 for reason in names.DROP_REASONS}
+        self.last_scrape_seconds = 0.0
+        self._dirty: set[tuple[str, tuple[str, ...]]] = set()
+
+    # --- recording (caller's thread; never raises) -----------------------------------------
+
+    def started(self, model: str, provider: str, route: str) -> tuple[str, str, str]:
+        """Count a call in flight; returns the key to pass back to `finished`."""
+        try:
+            with self._lock:
+                key = (self.guard.clean(model), self.guard.clean(provider),
+                       self.guard.clean(route))
+                self.in_flight[key] = self.in_flight.get(key, 0) + 1
+                return key
+        except Exception:
+            self.drops[names.DROP_INTERNAL] += 1
+            return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
+
+    def record_call(self, t: CallTimeline, in_flight_key: tuple[str, str, str] | None = None
+                    ) -> None:
+        """Record every metric of one finished call."""
+        try:
+            derived = derive(t)
+            with self._lock:
+                if in_flight_key is not None and self.in_flight.get(in_flight_key, 0) > 0:
+                    self.in_flight[in_flight_key] -= 1
+                self._record_locked(t, derived)
+        except Exception:
+            self.drops[names.DROP_INTERNAL] += 1
+
+    def _record_locked(self, t: CallTimeline, d) -> None:
+        guard = self.guard
+        model, provider, route = guard.clean(t.model), guard.clean(t.provider), \
+            guard.clean(t.route)
+        tenant = guard.tenant(model, route, t.tenant)
+        outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
+        key = (model, outcome, provider, route, tenant)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        slice_id = (t.end if t.end is not None else time.perf_counter_ns()) // self.slice_ns
+        base = (model, provider, route)
+        with_tenant = (model, provider, route, tenant)
+        observe = self._observe
+        for fam, value in ((names.TTFT, d.ttft), (names.FIRST_ANSWER, d.first_answer),
+                           (names.TPOT, d.tpot), (names.STALL, d.stall),
+                           (names.DURATION, d.duration), (names.INPUT_TOKENS, t.input_tokens),
+                           (names.OUTPUT_TOKENS, t.output_tokens),
+                           (names.CACHED_INPUT_TOKENS, t.cached_input_tokens)):
+            if value is not None:
+                state = self.families[fam.name]
+                observe(state, with_tenant if state.has_tenant else base, value, slice_id)
+        if d.gaps:
+            state = self.families[names.ITL.name]
+            series = self._series(state, with_tenant if state.has_tenant else base)
+            if series is not None:
+                series.hist.record_many(d.gaps)
+        state = self.families[names.PHASE_FAMILY.name]
+        for phase, value in d.phases.items():
+            # label order (model, phase, provider, route[, tenant]) is the sorted order
+            values = (model, phase, provider, route, tenant) if state.has_tenant else \
+                (model, phase, provider, route)
+            observe(state, values, value, slice_id)
+
+    def _observe(self, state: FamilyState, values: tuple[str, ...], value: int,
+                 slice_id: int) -> None:
+        if not isinstance(value, int) or value < 0:
+            self.drops[names.DROP_BAD_VALUE] += 1
+            return
+        series = self._series(state, values)
+        if series is None:
+            return
+        series.hist.record(value)
+        if state.windowed:
+            slices = series.slices
+            if slices is None:
+                slices = series.slices = []
+            if not slices or slices[-1][0] != slice_id:
+                keep = self.config.window.slices
+                slices.append((slice_id, Histogram(state.layout)))
+                del slices[:-keep]
+            slices[-1][1].record(value)
+
+    def _series(self, state: FamilyState, values: tuple[str, ...]) -> Series | None:
+        series = state.series.get(values)
+        if series is None:
+            if self.series_count >= self.config.labels.max_series:
+                self.drops[names.DROP_SERIES_LIMIT] += 1
+                return None
+            series = state.series[values] = Series(values, state.layout)
+            self.series_count += 1
+        self._dirty.add((state.family.name, values))
+        return series
+
+    # --- reading (scrape thread) ---------------------------------------------------------------
+
+    def swap_dirty(self) -> tuple[list[tuple[FamilyState, Series, Histogram]], int]:
+        """Under the lock: take the changed series with a private copy of their histograms.
+
+        Returns those and the current window slice id; rendering then runs without the lock.
+        """
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            taken = []
+            for family_name, values in dirty:
+                state = self.families[family_name]
+                series = state.series[values]
+                taken.append((state, series, series.hist.copy()))
+            return taken, time.perf_counter_ns() // self.slice_ns
+
+    def window_slices(self, series: Series, current_slice: int) -> list[Histogram]:
+        """Copies of the live window slices of a series (under the lock)."""
+        oldest = current_slice - self.config.window.slices
+        with self._lock:
+            return [h.copy() for sid, h in (series.slices or ()) if sid > oldest]
+
+    def counters(self) -> tuple[dict, dict, dict, dict, int, int]:
+        """Copies of the counters and gauges, taken under the lock."""
+        with self._lock:
+            return (dict(self.requests), dict(self.in_flight), dict(self.drops),
+                    dict(self.guard.folds), self.series_count, self.guard.bad_labels)

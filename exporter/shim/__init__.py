@@ -1,0 +1,1 @@
+"""Everything that runs inside the caller's code: label context, the manual API, SDK patches."""

@@ -1,0 +1,149 @@
+"""The call timeline: monotonic stamps of one LLM call, and the metrics derived from it.
+
+The shim and the manual API only stamp (`time.perf_counter_ns()`) and count; every metric of
+DESIGN §4 is derived here by pure functions, once per call, so the per-chunk path stays a stamp
+and an append and the definitions live in one place. A stamp the client could not see stays
+None, and every quantity that needs it is then *not* derived (never a made-up zero).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from . import names
+
+NS_PER_US = 1000
+
+
+@dataclass(slots=True)
+class CallTimeline:
+    """Everything observed about one call. Stamps are `perf_counter_ns()` values."""
+
+    start: int
+    model: str = ""
+    provider: str = ""
+    route: str = ""
+    tenant: str = ""
+    dispatched: int | None = None
+    connected: int | None = None
+    sent: int | None = None
+    headers: int | None = None
+    first_byte: int | None = None
+    first_token: int | None = None
+    first_answer_token: int | None = None
+    end: int | None = None
+    #: Stamp of every token event (content, reasoning and tool-call deltas), in order.
+    token_times: list[int] = field(default_factory=list)
+    reasoning_events: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    outcome: str | None = None
+    trace_id: str | None = None
+
+    def token(self, now: int, kind: str = names.CONTENT) -> None:
+        """Note one token event at `now`: a stamp and a counter, nothing more."""
+        self.token_times.append(now)
+        if self.first_token is None:
+            self.first_token = now
+        if kind == names.REASONING:
+            self.reasoning_events += 1
+        elif self.first_answer_token is None:
+            self.first_answer_token = now
+
+    @property
+    def last_token(self) -> int | None:
+        return self.token_times[-1] if self.token_times else None
+
+
+class Derived(NamedTuple):
+    """Per-call values in microseconds (times) or tokens; None where not derivable."""
+
+    ttft: int | None
+    first_answer: int | None
+    tpot: int | None
+    stall: int | None
+    duration: int | None
+    phases: dict[str, int]
+    gaps: list[int]
+
+
+def _span(a: int | None, b: int | None) -> int | None:
+    """b - a in microseconds, or None when a stamp is missing or out of order."""
+    if a is None or b is None or b < a:
+        return None
+    return (b - a) // NS_PER_US
+
+
+def gaps_us(token_times: list[int]) -> list[int]:
+    """Inter-token gaps in microseconds: each gap between consecutive token events."""
+    return [(b - a) // NS_PER_US for a, b in zip(token_times, token_times[1:])]
+
+
+def phases(t: CallTimeline) -> dict[str, int]:
+    """The phases of DESIGN §4 that both stamps of the call make known.
+
+    `reasoning` is recorded only for calls that emitted reasoning tokens, and `decode` only once
+    an answer token arrived: a call without reasoning has no reasoning phase, not a zero one.
+    """
+    out: dict[str, int] = {}
+    pairs = (
+        ("queue", t.start, t.dispatched),
+        ("connect", t.dispatched, t.connected),
+        ("send", t.connected, t.sent),
+        ("server", t.sent, t.headers),
+        ("prefill", t.headers, t.first_token),
+    )
+    for name, a, b in pairs:
+        value = _span(a, b)
+        if value is not None:
+            out[name] = value
+    if t.reasoning_events and t.first_answer_token is not None:
+        value = _span(t.first_token, t.first_answer_token)
+        if value is not None:
+            out["reasoning"] = value
+    if t.first_answer_token is not None:
+        value = _span(t.first_answer_token, t.last_token)
+        if value is not None:
+            out["decode"] = value
+    return out
+
+
+def derive(t: CallTimeline) -> Derived:
+    """Every histogram value of one finished call."""
+    gaps = gaps_us(t.token_times)
+    first, last = t.first_token, t.last_token
+    events = len(t.token_times)
+    output = t.output_tokens if t.output_tokens else events
+    tpot = None
+    if first is not None and last is not None and output >= 2 and last > first:
+        tpot = (last - first) // NS_PER_US // (output - 1)
+    return Derived(
+        ttft=_span(t.start, first),
+        first_answer=_span(t.start, t.first_answer_token),
+        tpot=tpot,
+        stall=max(gaps) if gaps else None,
+        duration=_span(t.start, t.end),
+        phases=phases(t),
+        gaps=gaps,
+    )
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """Classify how a call ended from the exception that ended it (None: it completed)."""
+    if exc is None:
+        return names.OK
+    if isinstance(exc, GeneratorExit):
+        return names.ABANDONED
+    if isinstance(exc, asyncio.CancelledError):
+        return names.CANCELLED
+    if isinstance(exc, TimeoutError):
+        return names.TIMEOUT
+    # SDK and HTTP-client timeouts do not all derive from TimeoutError (openai.APITimeoutError,
+    # httpx/httpx2.TimeoutException): recognise them by name, without importing the SDKs.
+    for cls in type(exc).__mro__:
+        if "Timeout" in cls.__name__:
+            return names.TIMEOUT
+    return names.ERROR
