@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -97,6 +98,33 @@ class SLO:
 
 
 @dataclass(frozen=True)
+class AlertingConfig:
+    """Knobs of the generated rules and dashboards (`ttft-exporter generate`) beyond the SLOs.
+
+    Durations are nominal seconds. `window_scale` multiplies every rule window, offset and `for`
+    duration, so a test config can run the 5m..3d logic in seconds; recording-rule names keep the
+    nominal windows, so dashboards and alerts refer to the same names at any scale.
+    """
+
+    #: Base of every alert's `runbook_url`; the alert's anchor is appended.
+    runbook_url: str = "docs/runbooks.md"
+    #: Prometheus `job` label of the exporter's scrape target (exporter-down alert, dashboards).
+    exporter_job: str = "ttft-exporter"
+    window_scale: float = 1.0
+    #: "Same time last week": baseline of the TTFT p99 and connect-phase regression alerts.
+    regression_offset_seconds: float = 604800.0
+    regression_factor: float = 1.5  # p99 now / p99 at the offset that counts as a regression
+    regression_min_seconds: float = 0.05  # and the p99 must have grown by at least this much
+    #: Baseline of the per-tenant comparison (noisy neighbour vs one tenant's own prompts/cache).
+    tenant_baseline_offset_seconds: float = 3600.0
+    tenant_degraded_factor: float = 1.5  # a tenant's p99 now / p99 at the baseline
+    many_tenants_share: float = 0.5  # share of a (model, route)'s tenants degraded = "all tenants"
+    many_tenants_min: int = 3  # fewer tenants compared than this never count as "many"
+    top_tenants: int = 10  # N of the dashboards' top-N tenant panels
+    dashboard_refresh: str = "30s"
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = ServerConfig()
     labels: LabelConfig = LabelConfig()
@@ -105,6 +133,7 @@ class Config:
     #: First entry is the default; later entries override it for matching (model, route).
     slos: tuple[SLO, ...] = (SLO(),)
     push_url: str = ""
+    alerting: AlertingConfig = AlertingConfig()
 
     def slo_thresholds(self) -> tuple[float, ...]:
         """Every SLO threshold in seconds: each must be a bucket boundary."""
@@ -127,7 +156,7 @@ class Config:
 
 _SECTIONS: dict[str, type] = {
     "server": ServerConfig, "labels": LabelConfig, "histograms": HistogramConfig,
-    "window": WindowConfig,
+    "window": WindowConfig, "alerting": AlertingConfig,
 }
 
 
@@ -321,8 +350,31 @@ def _check(config: Config, errors: list[tuple[str, str]]) -> None:
             elif t is None or not 0 < t <= hist.max_seconds:
                 errors.append((f"{path}.threshold_seconds",
                                f"must be positive and at most histograms.max_seconds, got {t}"))
+    _check_alerting(config.alerting, errors)
     if config.push_url and not config.push_url.startswith(("http://", "https://")):
         errors.append(("push_url", "must be an http:// or https:// URL"))
+
+
+def _check_alerting(al: AlertingConfig, errors: list[tuple[str, str]]) -> None:
+    for key in ("runbook_url", "exporter_job"):
+        if not getattr(al, key):
+            errors.append((f"alerting.{key}", "must not be empty"))
+    for key in ("window_scale", "regression_offset_seconds", "tenant_baseline_offset_seconds"):
+        if getattr(al, key) <= 0:
+            errors.append((f"alerting.{key}", "must be positive"))
+    if al.regression_min_seconds < 0:
+        errors.append(("alerting.regression_min_seconds", "must not be negative"))
+    for key in ("regression_factor", "tenant_degraded_factor"):
+        if getattr(al, key) <= 1:
+            errors.append((f"alerting.{key}", "must be greater than 1"))
+    if not 0 < al.many_tenants_share <= 1:
+        errors.append(("alerting.many_tenants_share", "must be in (0, 1]"))
+    for key in ("many_tenants_min", "top_tenants"):
+        if getattr(al, key) < 1:
+            errors.append((f"alerting.{key}", "must be at least 1"))
+    if not re.fullmatch(r"[1-9][0-9]*[smhd]", al.dashboard_refresh):
+        errors.append(("alerting.dashboard_refresh",
+                       f"must be a Grafana interval such as 30s or 1m, got {al.dashboard_refresh!r}"))
 
 
 def _kind(value: Any) -> str:
