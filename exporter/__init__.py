@@ -5,6 +5,7 @@ The public surface is exactly what is imported here (pinned by tests/test_public
 
 from prometheus_client.registry import Collector as _Collector
 
+from . import collector as _collector_module  # before `def collector`, which must win the name
 from .runtime import configure
 from .server import start_http_server
 from .shim.context import labels
@@ -15,6 +16,4 @@ __all__ = ["collector", "configure", "labels", "start_http_server", "track"]
 
 def collector() -> _Collector:
     """A prometheus_client collector of this process's metrics, for apps that serve /metrics."""
-    from .collector import ExporterCollector
-
-    return ExporterCollector()
+    return _collector_module.ExporterCollector()

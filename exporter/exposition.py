@@ -85,7 +85,8 @@ class Renderer:
             out.append(_header(fam.name, fam.help, "histogram", openmetrics))
             out.extend(s.text for s in list(state.series.values()))
             if state.windowed:
-                out.append(_header(fam.window_name, _window_help(rec, fam), "gauge", openmetrics))
+                out.append(_header(fam.window_name, _window_help(rec, fam), "summary",
+                                   openmetrics))
                 for series in list(state.series.values()):
                     if series.window_key != current_slice:
                         series.window_text = self._window_text(state, series, current_slice)
@@ -110,14 +111,17 @@ class Renderer:
         return "".join(lines)
 
     def _window_text(self, state: FamilyState, series: Series, current_slice: int) -> str:
-        values = window_quantiles(self.recorder, state, series, current_slice)
-        if values is None:
-            return ""
+        values = window_quantiles(self.recorder, state, series, current_slice) or ()
         name = state.family.window_name
         pairs = list(zip(state.label_names, series.values))
-        return "".join(
-            f"{name}{{{_labels(pairs + [(names.QUANTILE, q)])}}} {floatToGoString(v)}\n"
-            for q, v in zip(self._quantile_labels, values))
+        labels = _labels(pairs)
+        lines = [f"{name}{{{_labels(pairs + [(names.QUANTILE, q)])}}} {floatToGoString(v)}\n"
+                 for q, v in zip(self._quantile_labels, values)]
+        hist = series.hist
+        lines.append(f"{name}_count{{{labels}}} {_count(hist.count)}\n")
+        lines.append(f"{name}_sum{{{labels}}} "
+                     f"{floatToGoString(_seconds_or_tokens(state, hist.total))}\n")
+        return "".join(lines)
 
 
 def window_quantiles(rec: Recorder, state: FamilyState, series: Series, current_slice: int
@@ -132,7 +136,7 @@ def window_quantiles(rec: Recorder, state: FamilyState, series: Series, current_
 
 def _window_help(rec: Recorder, fam: names.Family) -> str:
     return (f"Quantiles of {fam.name} over the last {floatToGoString(rec.config.window.seconds)} "
-            f"s, exact to HDR precision.")
+            f"s, exact to HDR precision; count and sum are cumulative.")
 
 
 def _header(name: str, help_text: str, kind: str, openmetrics: bool) -> str:
@@ -199,11 +203,15 @@ def families(rec: Recorder) -> Iterator[Metric]:
                                    _seconds_or_tokens(state, hist.total))
         yield hist_family
         if state.windowed:
-            window = GaugeMetricFamily(fam.window_name, _window_help(rec, fam),
-                                       labels=list(state.label_names) + [names.QUANTILE])
-            for series, _ in series_list:
+            window = Metric(fam.window_name, _window_help(rec, fam), "summary")
+            for series, hist in series_list:
+                labels = dict(zip(state.label_names, series.values))
                 values = window_quantiles(rec, state, series, current_slice)
                 for q, v in zip(rec.config.window.quantiles, values or ()):
-                    window.add_metric(list(series.values) + [floatToGoString(q)], v)
+                    window.add_sample(fam.window_name, {**labels, names.QUANTILE:
+                                                        floatToGoString(q)}, v)
+                window.add_sample(fam.window_name + "_count", labels, hist.count)
+                window.add_sample(fam.window_name + "_sum", labels,
+                                  _seconds_or_tokens(state, hist.total))
             yield window
     yield from _counter_families(rec)

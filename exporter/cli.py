@@ -1,0 +1,85 @@
+"""`ttft-exporter` command line: serve, demo, generate, check-config.
+
+User mistakes (a bad config, a busy port) print one clear line per problem and exit 2; a
+traceback means a bug in the exporter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import runtime
+from .config import ConfigError, load
+from .server import serve_forever
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    load(args.file)
+    print(f"{args.file}: ok")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = runtime.configure(args.config)
+    addr = args.addr or config.server.addr
+    port = args.port if args.port is not None else config.server.port
+    serve_forever(addr, port)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo.run import run_demo
+
+    return run_demo(port=args.port, seconds=args.seconds, config=args.config)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .generate import generate
+
+    config = load(args.config)
+    for path in generate(config, Path(args.out)):
+        print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ttft-exporter", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="serve /metrics in the foreground until SIGTERM")
+    p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
+    p.add_argument("--addr", help="bind address (default from config: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default from config: 9469)")
+    p.set_defaults(func=_serve)
+    p = sub.add_parser("demo", help="provider, load and exporter on the embedded default")
+    p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
+    p.add_argument("--port", type=int, default=9469, help="exporter port (default 9469)")
+    p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
+    p.set_defaults(func=_demo)
+    p = sub.add_parser("generate", help="write dashboards/ and alerts/ from the config")
+    p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
+    p.add_argument("--out", default=".", help="directory holding dashboards/ and alerts/")
+    p.set_defaults(func=_generate)
+    p = sub.add_parser("check-config", help="validate a config file; exit 2 on any error")
+    p.add_argument("file")
+    p.set_defaults(func=_check_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except OSError as e:  # e.g. the port is taken
+        print(f"ttft-exporter {args.command}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

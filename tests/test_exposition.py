@@ -1,0 +1,90 @@
+"""The served bytes equal prometheus_client's rendering of the same families, exactly."""
+
+import time
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+import exporter
+from exporter import names, runtime
+from exporter.timeline import CallTimeline
+
+MS = 1_000_000
+
+
+def record(model="m", route="r", tenant="t", provider="p", ttft_ms=120, gaps_ms=(20, 30),
+           outcome="ok", start=None):
+    if start is None:  # so that the call ends now, in the current window slice
+        start = time.perf_counter_ns() - (ttft_ms + sum(gaps_ms) + 1) * MS
+    t = CallTimeline(start=start, model=model, route=route, tenant=tenant, provider=provider)
+    t.sent = start + MS
+    t.headers = start + 50 * MS
+    now = start + ttft_ms * MS
+    t.token(now, "reasoning")
+    for g in gaps_ms:
+        now += g * MS
+        t.token(now)
+    t.end = now + MS
+    t.input_tokens, t.output_tokens, t.cached_input_tokens = 1200, len(gaps_ms) + 1, 1024
+    t.outcome = outcome
+    runtime.state().recorder.record_call(t)
+
+
+def reference(openmetrics=False):
+    registry = CollectorRegistry()
+    registry.register(exporter.collector())
+    return (generate_openmetrics if openmetrics else generate_latest)(registry)
+
+
+def test_text_and_openmetrics_equal_prometheus_client():
+    renderer = runtime.state().renderer
+    for i in range(30):
+        record(model=f"m{i % 3}", tenant=f'we"ird\\{i % 4}', ttft_ms=5 + i * 97,
+               gaps_ms=(1, 2000 + i, 7), outcome="ok" if i % 5 else "error")
+    for openmetrics in (False, True):
+        expected = reference(openmetrics)  # first: render() updates the scrape-duration gauge
+        assert renderer.render(openmetrics) == expected
+    # after a partial change, cached series and re-rendered ones still add up to the same bytes
+    record(model="m1", tenant="we\"ird\\1", ttft_ms=2001)
+    record(model="new", tenant="x")
+    for openmetrics in (True, False):
+        expected = reference(openmetrics)
+        assert renderer.render(openmetrics) == expected
+
+
+def test_slo_threshold_is_an_exact_le_boundary():
+    runtime.configure({"slos": [{"ttft": {"threshold_seconds": 1.337, "target": 0.99}}]})
+    record(ttft_ms=1337)
+    record(ttft_ms=1338)
+    text = runtime.state().renderer.render().decode()
+    line = next(l for l in text.splitlines() if l.startswith(
+        names.TTFT.name + '_bucket{le="1.337"'))
+    assert line.endswith(" 1.0")
+
+
+def test_window_quantiles_are_served_and_expire():
+    runtime.configure({"window": {"seconds": 0.3, "slices": 3}})
+    for ms in range(100, 1100, 10):  # 100 values, 100 ms .. 1090 ms
+        record(ttft_ms=ms)
+    text = runtime.state().renderer.render().decode()
+    p50 = [l for l in text.splitlines()
+           if l.startswith(names.TTFT.window_name) and 'quantile="0.5"' in l]
+    assert len(p50) == 1
+    value = float(p50[0].split()[-1])
+    assert abs(value - 0.59) / 0.59 < 0.01  # exact to HDR precision (2 digits)
+    time.sleep(0.35)
+    text = runtime.state().renderer.render().decode()
+    assert names.TTFT.window_name + "{" not in text
+    assert names.TTFT.name + "_count{" in text  # the cumulative histogram stays
+
+
+def test_counters_and_self_metrics():
+    runtime.configure({"labels": {"max_tenants": 2}})
+    for tenant in ("a", "b", "c", "d"):
+        record(tenant=tenant)
+    text = runtime.state().renderer.render().decode()
+    assert 'tenant="__other__"' in text
+    assert f'{names.SELF_TENANT_FOLDS}{{model="m",route="r"}} 2.0' in text
+    assert f'{names.REQUESTS_TOTAL}{{model="m",outcome="ok",provider="p",route="r",' \
+           f'tenant="__other__"}} 2.0' in text
+    assert f'{names.SELF_DROPS}{{reason="series_limit"}} 0.0' in text

@@ -1,0 +1,103 @@
+"""Derived metrics over synthetic timelines (stamps in ns; derived values in us)."""
+
+import asyncio
+
+import pytest
+
+from exporter import names
+from exporter.timeline import CallTimeline, derive, outcome_of, phases
+
+MS = 1_000_000  # ns
+
+
+def timeline(**stamps_ms):
+    t = CallTimeline(start=0)
+    for key, ms in stamps_ms.items():
+        setattr(t, key, int(ms * MS))
+    return t
+
+
+def test_full_stream_with_reasoning():
+    t = timeline(dispatched=2, connected=12, sent=13, headers=113)
+    # framing events (role-only delta, usage chunk) are not token events: only tokens are noted
+    for ms, kind in ((300, "reasoning"), (320, "reasoning"), (900, "content"), (930, "content"),
+                     (2930, "tool")):
+        t.token(ms * MS, kind)
+    t.end = 3000 * MS
+    t.output_tokens = 5
+    d = derive(t)
+    assert d.ttft == 300_000
+    assert d.first_answer == 900_000
+    assert d.gaps == [20_000, 580_000, 30_000, 2_000_000]
+    assert d.stall == 2_000_000
+    assert d.tpot == (2930 - 300) * 1000 // 4
+    assert d.duration == 3_000_000
+    assert d.phases == {"queue": 2000, "connect": 10_000, "send": 1000, "server": 100_000,
+                        "prefill": 187_000, "reasoning": 600_000, "decode": 2_030_000}
+
+
+def test_no_reasoning_means_no_reasoning_phase_not_zero():
+    t = timeline(headers=100)
+    t.token(150 * MS)
+    t.token(160 * MS)
+    assert "reasoning" not in phases(t)
+    assert phases(t)["decode"] == 10_000
+
+
+def test_single_token_stream():
+    t = timeline()
+    t.token(50 * MS)
+    t.end = 60 * MS
+    d = derive(t)
+    assert d.ttft == 50_000 and d.first_answer == 50_000
+    assert d.gaps == [] and d.stall is None and d.tpot is None
+
+
+def test_zero_tokens_error_call():
+    t = timeline(sent=1, headers=40)
+    t.end = 41 * MS
+    d = derive(t)
+    assert d.ttft is None and d.first_answer is None and d.stall is None and d.tpot is None
+    assert d.duration == 41_000
+    assert d.phases == {"server": 39_000}
+
+
+def test_missing_stamps_give_no_phase():
+    # dispatched and sent known, connected unknown: neither connect nor send is derivable
+    t = timeline(dispatched=1, sent=5, headers=9)
+    assert phases(t) == {"queue": 1000, "server": 4000}
+
+
+def test_reasoning_only_stream_has_no_answer():
+    t = timeline()
+    t.token(10 * MS, "reasoning")
+    t.token(20 * MS, "reasoning")
+    d = derive(t)
+    assert d.first_answer is None and "decode" not in d.phases and "reasoning" not in d.phases
+    assert d.ttft == 10_000
+
+
+def test_tpot_uses_usage_count_over_event_count():
+    t = timeline()
+    t.token(100 * MS)
+    t.token(200 * MS)  # one event may carry several tokens
+    t.output_tokens = 11
+    assert derive(t).tpot == 10_000
+
+
+def test_out_of_order_stamps_are_not_derived():
+    t = timeline(sent=10, headers=5)
+    assert "server" not in phases(t)
+
+
+class APITimeoutError(Exception):
+    """Named like openai's: recognised without importing the SDK."""
+
+
+@pytest.mark.parametrize("exc, outcome", [
+    (None, names.OK), (ValueError(), names.ERROR), (TimeoutError(), names.TIMEOUT),
+    (APITimeoutError(), names.TIMEOUT), (asyncio.CancelledError(), names.CANCELLED),
+    (GeneratorExit(), names.ABANDONED),
+])
+def test_outcome_of(exc, outcome):
+    assert outcome_of(exc) == outcome
