@@ -1,0 +1,166 @@
+"""A small, deterministic latency model of an LLM serving fleet.
+
+The demo provider uses it to produce the failure modes the exporter must make visible
+(DESIGN.md §1): prefill that grows with uncached input, a per-tenant prompt cache that goes
+cold when idle, reasoning that delays the first answer token, and a noisy neighbour whose huge
+prefill stalls every other stream of the same model. Queueing for the `slots` of a model is
+real (an asyncio.Semaphore in the provider), so only the timings of one admitted request are
+decided here, all at once, from one seeded `random.Random`: the same seed and the same request
+order give the same timings.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """How one model behaves on the simulated fleet."""
+
+    name: str
+    slots: int
+    """Requests served at once (the c of an M/M/c queue); the rest wait before the headers."""
+    prefill_tokens_per_s: float
+    """Uncached input tokens processed per second before the first output token."""
+    decode_tokens_per_s: float
+    """Mean output tokens per second once decoding runs."""
+    jitter: float
+    """Relative standard deviation of each inter-token gap and of the server overhead."""
+    output_tokens: tuple[int, int]
+    """Inclusive range of answer tokens per response."""
+    reasoning_tokens: tuple[int, int] = (0, 0)
+    """Inclusive range of reasoning tokens emitted before the answer; (0, 0) = no reasoning."""
+    server_overhead_s: float = 0.02
+    """Routing and admission time before the headers, on top of any queueing."""
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """The knobs of the simulated fleet; `default()` is what `ttft-exporter demo` runs."""
+
+    models: tuple[ModelProfile, ...]
+    cache_idle_seconds: float = 30.0
+    """A tenant's cached prompt prefix is evicted after this long without a request."""
+    noisy_tenant: str = "tenant-noisy"
+    noisy_probability: float = 0.1
+    """Chance that a request of `noisy_tenant` is a huge one-off document."""
+    noisy_input_tokens: int = 100_000
+    batch_block_tokens: int = 32_000
+    """An uncached prefill at least this large stalls every other stream of its model."""
+    seed: int = 0
+
+    @classmethod
+    def default(cls) -> LatencyModel:
+        """Three models that differ where users feel it: fast, medium, and slow to answer."""
+        return cls(
+            models=(
+                ModelProfile("llama-3-8b", slots=16, prefill_tokens_per_s=50_000,
+                             decode_tokens_per_s=120, jitter=0.15, output_tokens=(40, 200),
+                             server_overhead_s=0.015),
+                ModelProfile("gpt-4.1", slots=8, prefill_tokens_per_s=20_000,
+                             decode_tokens_per_s=60, jitter=0.25, output_tokens=(60, 300),
+                             server_overhead_s=0.04),
+                ModelProfile("deepseek-r1", slots=4, prefill_tokens_per_s=10_000,
+                             decode_tokens_per_s=30, jitter=0.3, output_tokens=(80, 300),
+                             reasoning_tokens=(150, 600), server_overhead_s=0.06),
+            ),
+        )
+
+    def profile(self, model: str) -> ModelProfile:
+        """The named profile; unknown names behave like the first one so any client works."""
+        for profile in self.models:
+            if profile.name == model:
+                return profile
+        return self.models[0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one response will do, decided before its first byte."""
+
+    server_wait: float
+    """Seconds before the headers (after any queueing)."""
+    prefill: float
+    """Seconds after the headers before the first token event."""
+    input_tokens: int
+    cached_tokens: int
+    reasoning_tokens: int
+    answer_tokens: int
+    """Content tokens, or tool-call argument pieces when `tool_call` is set."""
+    gaps: tuple[float, ...]
+    """gaps[i] is the wait before token event i + 1 (reasoning and answer counted together)."""
+    tool_call: bool = False
+    status: int | None = None
+    """Answer with this HTTP error instead of a completion."""
+    disconnect_after: int | None = None
+    """Abort the connection after this many token events."""
+
+
+@dataclass
+class _CacheEntry:
+    last_used: float
+    prefix_tokens: int
+
+
+class LatencySimulator:
+    """The mutable side of a `LatencyModel`: random draws, prompt caches and batch stalls.
+
+    Not thread-safe: the provider uses one instance from its single event loop.
+    """
+
+    def __init__(self, model: LatencyModel, clock: Callable[[], float] = time.monotonic) -> None:
+        self.model = model
+        self._clock = clock
+        self._rng = random.Random(model.seed)
+        self._cache: dict[tuple[str, str], _CacheEntry] = {}
+        self._paused_until: dict[str, float] = {}
+
+    def plan(self, model: str, tenant: str, input_tokens: int) -> Plan:
+        """Decide one admitted request; a huge prefill also pauses the model's batch."""
+        profile = self.model.profile(model)
+        rng = self._rng
+        now = self._clock()
+        burst = tenant == self.model.noisy_tenant and rng.random() < self.model.noisy_probability
+        if burst:
+            # A one-off document: neither read from nor written to the tenant's cache.
+            input_tokens = max(input_tokens, self.model.noisy_input_tokens)
+        cached = 0 if burst else self._cached_tokens(model, tenant, input_tokens, now)
+
+        server_wait = profile.server_overhead_s * self._jitter(profile.jitter)
+        decode_step = 1.0 / profile.decode_tokens_per_s
+        # The first token needs one forward pass on top of the prefill itself.
+        prefill = (input_tokens - cached) / profile.prefill_tokens_per_s + decode_step
+        reasoning = rng.randint(*profile.reasoning_tokens)
+        answer = rng.randint(*profile.output_tokens)
+        gaps = tuple(decode_step * self._jitter(profile.jitter)
+                     for _ in range(max(0, reasoning + answer - 1)))
+
+        if not burst:
+            # The prefix stays in use until the response ends; idle time counts from there.
+            ends = now + server_wait + prefill + sum(gaps)
+            self._cache[(model, tenant)] = _CacheEntry(last_used=ends, prefix_tokens=input_tokens)
+        if input_tokens - cached >= self.model.batch_block_tokens:
+            until = now + server_wait + prefill
+            self._paused_until[model] = max(self._paused_until.get(model, 0.0), until)
+        return Plan(server_wait=server_wait, prefill=prefill, input_tokens=input_tokens,
+                    cached_tokens=cached, reasoning_tokens=reasoning, answer_tokens=answer,
+                    gaps=gaps)
+
+    def paused_until(self, model: str) -> float:
+        """Clock time until which every stream of `model` is held by a huge prefill."""
+        return self._paused_until.get(model, 0.0)
+
+    def _cached_tokens(self, model: str, tenant: str, input_tokens: int, now: float) -> int:
+        """The tenant's previous prompt is its cached prefix, unless idle for too long."""
+        entry = self._cache.get((model, tenant))
+        if entry is None or now - entry.last_used > self.model.cache_idle_seconds:
+            return 0
+        return min(entry.prefix_tokens, input_tokens)
+
+    def _jitter(self, relative: float) -> float:
+        """A positive factor around 1.0; clipped so a gap never collapses to zero."""
+        return max(0.1, self._rng.gauss(1.0, relative))
