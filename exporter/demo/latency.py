@@ -58,13 +58,13 @@ class LatencyModel:
         """Three models that differ where users feel it: fast, medium, and slow to answer."""
         return cls(
             models=(
-                ModelProfile("llama-3-8b", slots=16, prefill_tokens_per_s=50_000,
+                ModelProfile("llama-3-8b", slots=48, prefill_tokens_per_s=50_000,
                              decode_tokens_per_s=120, jitter=0.15, output_tokens=(40, 200),
                              server_overhead_s=0.015),
-                ModelProfile("gpt-4.1", slots=8, prefill_tokens_per_s=20_000,
+                ModelProfile("gpt-4.1", slots=32, prefill_tokens_per_s=20_000,
                              decode_tokens_per_s=60, jitter=0.25, output_tokens=(60, 300),
                              server_overhead_s=0.04),
-                ModelProfile("deepseek-r1", slots=4, prefill_tokens_per_s=10_000,
+                ModelProfile("deepseek-r1", slots=24, prefill_tokens_per_s=10_000,
                              decode_tokens_per_s=30, jitter=0.3, output_tokens=(80, 300),
                              reasoning_tokens=(150, 600), server_overhead_s=0.06),
             ),

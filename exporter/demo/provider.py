@@ -614,6 +614,15 @@ async def _handle(request: web.Request, wire: type[_Wire]) -> web.StreamResponse
 
 async def _respond(request: web.Request, wire_type: type[_Wire], call: _Call,
                    paused_until: Callable[[], float]) -> web.StreamResponse:
+    """Serve one planned response; a client that hangs up mid-stream just ends it, quietly."""
+    try:
+        return await _serve_plan(request, wire_type, call, paused_until)
+    except ConnectionResetError:  # aiohttp's ClientConnectionResetError derives from it
+        raise asyncio.CancelledError from None  # aiohttp ends a cancelled handler silently
+
+
+async def _serve_plan(request: web.Request, wire_type: type[_Wire], call: _Call,
+                      paused_until: Callable[[], float]) -> web.StreamResponse:
     plan = call.plan
     await asyncio.sleep(plan.server_wait)
     if plan.status is not None:
@@ -689,6 +698,14 @@ async def run_provider(host: str = "127.0.0.1", port: int = 0,
     return RunningProvider(base_url=f"http://{shown}:{bound_port}", _runner=runner)
 
 
+async def _cancel_remaining_tasks() -> None:
+    """End handlers still streaming (a stop mid-load), so the loop closes with no task pending."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class ProviderServer:
     """The provider on its own event loop in a daemon thread, for synchronous callers.
 
@@ -730,6 +747,7 @@ class ProviderServer:
         self._stop_loop()
 
     def _stop_loop(self) -> None:
+        asyncio.run_coroutine_threadsafe(_cancel_remaining_tasks(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()

@@ -1,0 +1,129 @@
+"""The demo's load generator: 3 models × 3 routes × 20 tenants against the demo provider.
+
+Arrivals are Poisson at `rate` calls per second; tenants are picked with Zipf-like popularity
+(a few busy tenants, a long tail that goes idle long enough for its prompt cache to go cold);
+each route has its own prompt size. Each call streams an OpenAI chat completion over aiohttp
+and is measured with the manual API (`exporter.track`), one `call.token()` per token event:
+role-only and usage-only chunks are framing, not tokens (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+
+import aiohttp
+
+import exporter
+
+from .provider import INPUT_TOKENS_HEADER, TENANT_HEADER
+
+#: model -> share of the calls: mostly the fast model, a few to the slow reasoning one.
+MODELS = {"llama-3-8b": 0.5, "gpt-4.1": 0.35, "deepseek-r1": 0.15}
+#: route -> typical prompt size in tokens (a chat turn, a RAG search answer, a long summary).
+ROUTES = {"chat": 600, "search": 3000, "summarize": 12000}
+TENANTS = tuple(f"tenant-{i:02d}" for i in range(19)) + ("tenant-noisy",)
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    rate: float = 10.0  # calls per second, all models together
+    max_in_flight: int = 200
+    seed: int = 7
+
+
+class LoadGenerator:
+    """Drives the provider at `base_url` until `stop()`; every call goes through `track()`."""
+
+    def __init__(self, base_url: str, shape: LoadShape = LoadShape()):
+        self.base_url = base_url.rstrip("/")
+        self.shape = shape
+        self._rng = random.Random(shape.seed)
+        self._weights = [1 / (k + 1) for k in range(len(TENANTS))]
+        self._stopping = asyncio.Event()
+        self.calls = 0
+        self.errors = 0
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self, duration: float | None = None) -> None:
+        """Issue calls until `stop()` or `duration` seconds, then cancel those still in flight."""
+        limit = asyncio.Semaphore(self.shape.max_in_flight)
+        tasks: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        deadline = None if duration is None else loop.time() + duration
+        timeout = aiohttp.ClientTimeout(total=120, sock_read=60)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while not self._stopping.is_set():
+                if deadline is not None and loop.time() >= deadline:
+                    break
+                try:
+                    await asyncio.wait_for(self._stopping.wait(),
+                                           self._rng.expovariate(self.shape.rate))
+                except asyncio.TimeoutError:
+                    pass
+                if self._stopping.is_set() or limit.locked():
+                    continue
+                await limit.acquire()
+                task = asyncio.create_task(self._one(session))
+                tasks.add(task)
+                task.add_done_callback(lambda t: (tasks.discard(t), limit.release()))
+            for task in tasks:
+                task.cancel()  # recorded as cancelled, as a real client shutting down would be
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _pick(self) -> tuple[str, str, str, int]:
+        rng = self._rng
+        model = rng.choices(tuple(MODELS), tuple(MODELS.values()))[0]
+        route = rng.choice(tuple(ROUTES))
+        tenant = rng.choices(TENANTS, self._weights)[0]
+        if rng.random() < 0.08:  # the noisy tenant is busier than its rank says
+            tenant = TENANTS[-1]
+        input_tokens = max(16, int(rng.lognormvariate(0, 0.5) * ROUTES[route]))
+        return model, route, tenant, input_tokens
+
+    async def _one(self, session: aiohttp.ClientSession) -> None:
+        model, route, tenant, input_tokens = self._pick()
+        body = {"model": model, "stream": True, "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": f"{route} request"}]}
+        headers = {TENANT_HEADER: tenant, INPUT_TOKENS_HEADER: str(input_tokens)}
+        self.calls += 1
+        try:
+            with exporter.labels(route=route, tenant=tenant):
+                with exporter.track(model=model, provider="demo") as call:
+                    await stream_chat(session, f"{self.base_url}/v1/chat/completions", body,
+                                      headers, call)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            self.errors += 1
+
+
+async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict, headers: dict,
+                      call) -> None:
+    """Stream one chat completion over SSE, marking phases and token events on `call`."""
+    async with session.post(url, json=body, headers=headers) as response:
+        call.headers()  # aiohttp returns once the response headers are read
+        response.raise_for_status()
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            usage = chunk.get("usage")
+            if usage:
+                details = usage.get("prompt_tokens_details") or {}
+                call.usage(input=usage.get("prompt_tokens"),
+                           output=usage.get("completion_tokens"),
+                           cached=details.get("cached_tokens"), model=chunk.get("model"))
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                if delta.get("reasoning_content"):
+                    call.token("reasoning")
+                elif delta.get("content") or delta.get("tool_calls"):
+                    call.token("content")

@@ -1,0 +1,59 @@
+"""The demo's provider, exporter and load generator, running in the background of a test.
+
+    with DemoLoad(rate=8) as demo:         # provider + exporter on free loopback ports
+        demo.metrics_url                   # scrape target for a real Prometheus
+        ...
+        demo.stop_load()                   # cancel in-flight calls; the exporter keeps serving
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import TracebackType
+
+from exporter import runtime
+from exporter.demo.loadgen import LoadGenerator, LoadShape
+from exporter.demo.provider import ProviderServer
+from exporter.server import ExporterServer, start_http_server
+
+
+class DemoLoad:
+    def __init__(self, rate: float = 8.0, seed: int = 7):
+        self.provider = ProviderServer().start()
+        self.exporter: ExporterServer = start_http_server(port=0)
+        self.recorder = runtime.state().recorder
+        self._load = LoadGenerator(self.provider.base_url, LoadShape(rate=rate, seed=seed))
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="demo-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._loop.run_until_complete(self._load.run())
+        self._loop.close()
+
+    @property
+    def metrics_url(self) -> str:
+        return self.exporter.url
+
+    @property
+    def target(self) -> str:
+        """host:port, as a Prometheus static_config target."""
+        return self.exporter.url.split("//", 1)[1].split("/", 1)[0]
+
+    def stop_load(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._load.stop)
+            self._thread.join(timeout=30)
+
+    def close(self) -> None:
+        self.stop_load()
+        self.exporter.stop()
+        self.provider.stop()
+
+    def __enter__(self) -> DemoLoad:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
