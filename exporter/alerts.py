@@ -275,8 +275,8 @@ def recording_rules(config: Config) -> list[dict[str, Any]]:
         for scope in scopes(config) for sli in SLIS for window in SLI_WINDOWS
     ]
     return [
-        {"name": "ttft-exporter.sli", "rules": sli_rules},
-        {"name": "ttft-exporter.latency", "rules": _latency_records(config, w)},
+        {"name": "ttft-exporter-records-sli", "rules": sli_rules},
+        {"name": "ttft-exporter-records-latency", "rules": _latency_records(config, w)},
     ]
 
 
@@ -327,22 +327,28 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
             _timeout_alert(scope, w, config),
         ]
     return [
-        {"name": "ttft-exporter.slo", "rules": slo_alerts},
-        {"name": "ttft-exporter.latency", "rules": _latency_alerts(config, w)},
-        {"name": "ttft-exporter.self", "rules": _exporter_alerts(config, w)},
+        {"name": "ttft-exporter-alerts-slo", "rules": slo_alerts},
+        {"name": "ttft-exporter-alerts-latency", "rules": _latency_alerts(config, w)},
+        {"name": "ttft-exporter-alerts-self", "rules": _exporter_alerts(config, w)},
     ]
 
 
 def _alert(name: str, severity: str, expr: str, for_: str, summary: str, description: str,
-           config: Config) -> dict[str, Any]:
+           config: Config, scope: Scope | None = None) -> dict[str, Any]:
+    """One alerting rule; per-SLO-scope rules carry the scope as label `slo`, which keeps rules
+    of the same name distinct (promtool rejects duplicates)."""
+    labels = {"severity": severity} if scope is None else {"severity": severity, "slo": scope.id}
     return {
-        "alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
+        "alert": name, "expr": expr, "for": for_, "labels": labels,
         "annotations": {"summary": summary, "description": description,
                         "runbook_url": f"{config.alerting.runbook_url}#{name.lower()}"},
     }
 
 
 _WHERE = "model {{ $labels.model }} on route {{ $labels.route }}"
+_VALUE_1F = '{{ $value | printf "%.1f" }}'
+_VALUE_2F = '{{ $value | printf "%.2f" }}'
+_VALUE_PCT = "{{ $value | humanizePercentage }}"
 _BURN_FOR = {PAGE: 120, TICKET: 900}
 _BURN_TEXT = {
     "ttft": ("TTFT", "reached the first token within {threshold}"),
@@ -376,8 +382,8 @@ def _burn_alert(name: str, severity: str, sli: str, scope: Scope,
         name, severity, "\nor\n".join(branches), w(_BURN_FOR[severity]),
         f"{title} error budget burning: {_WHERE}",
         f"The objective is that {percent(objective.target)} of calls {goal} (SLO {scope.id}). "
-        f"Calls of {_WHERE} spend the error budget {{{{ $value | printf \"%.1f\" }}}}× as fast "
-        f"as sustainable over the long window (alerting at {rule}).", config)
+        f"Calls of {_WHERE} spend the error budget {_VALUE_1F}× as fast "
+        f"as sustainable over the long window (alerting at {rule}).", config, scope)
 
 
 def _timeout_alert(scope: Scope, w: _Windows, config: Config) -> dict[str, Any]:
@@ -391,10 +397,10 @@ def _timeout_alert(scope: Scope, w: _Windows, config: Config) -> dict[str, Any]:
         "LLMTimeoutRateHigh", TICKET,
         f"{over(TIMEOUT_BURN.long)}\nand\n{over(TIMEOUT_BURN.short)}", w(900),
         f"LLM calls timing out: {_WHERE}",
-        f"{{{{ $value | humanizePercentage }}}} of the calls of {_WHERE} timed out over the "
+        f"{_VALUE_PCT} of the calls of {_WHERE} timed out over the "
         f"last {duration(TIMEOUT_BURN.long)} (alerting above {percent(float(limit))}, "
         f"{num(TIMEOUT_BURN.factor)}× the error budget of SLO {scope.id}, over "
-        f"{duration(TIMEOUT_BURN.long)} and {duration(TIMEOUT_BURN.short)}).", config)
+        f"{duration(TIMEOUT_BURN.long)} and {duration(TIMEOUT_BURN.short)}).", config, scope)
 
 
 def _query_value(metric: str, extra_labels: Sequence[str] = ()) -> str:
@@ -422,20 +428,20 @@ def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             "LLMTTFTP99Regression", TICKET, regression(n.ttft_p99, n.ttft_p99_baseline),
             w(1800), f"TTFT p99 regressed against last week: {_WHERE}",
             f"TTFT p99 of {_WHERE} over the last {reg} is {_query_value(n.ttft_p99)}, "
-            f"{{{{ $value | printf \"%.2f\" }}}}× its value {off} ago "
+            f"{_VALUE_2F}× its value {off} ago "
             f"(alerting above {factor}× and {floor}s slower).", config),
         _alert(
             "LLMConnectPhaseRegression", TICKET,
             regression(n.connect_p99, n.connect_p99_baseline), w(1800),
             f"Connect phase slower than last week: {_WHERE}",
             f"p99 of the connect phase (DNS, TCP, TLS) of {_WHERE} over the last {reg} is "
-            f"{_query_value(n.connect_p99, [names.PHASE])}, {{{{ $value | printf \"%.2f\" }}}}× "
+            f"{_query_value(n.connect_p99, [names.PHASE])}, {_VALUE_2F}× "
             f"its value {off} ago (alerting above {factor}× and {floor}s slower): the route, "
             f"region or endpoint of the provider probably changed.", config),
         _alert(
             "LLMTTFTManyTenantsDegraded", TICKET, many, w(300),
             f"TTFT rose for most tenants at once: {_WHERE}",
-            f"{{{{ $value | humanizePercentage }}}} of the tenants of {_WHERE} have a TTFT p99 "
+            f"{_VALUE_PCT} of the tenants of {_WHERE} have a TTFT p99 "
             f"at least {rise}× their p99 {ten_off} ago (alerting at "
             f"{percent(al.many_tenants_share)} of at least {al.many_tenants_min} tenants). All "
             f"tenants at once points at the provider or a noisy neighbour in its batch, not at "
@@ -445,7 +451,7 @@ def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             f"{n.tenant_p99_rise} > {rise}\nunless on ({by(MODEL_ROUTE)})\n{many}", w(900),
             "TTFT rose for tenant {{ $labels.tenant }} only: " + _WHERE,
             f"TTFT p99 of tenant {{{{ $labels.tenant }}}} on {_WHERE} is "
-            f"{_query_value(n.tenant_p99, [names.TENANT])}, {{{{ $value | printf \"%.2f\" }}}}× "
+            f"{_query_value(n.tenant_p99, [names.TENANT])}, {_VALUE_2F}× "
             f"its p99 {ten_off} ago (alerting above {rise}×), while most other tenants of the "
             f"same model and route are not slower: look at this tenant's prompts and prompt "
             f"cache.", config),
@@ -453,22 +459,26 @@ def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
 
 
 def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
-    job = [eq("job", config.alerting.exporter_job)]
+    job_name = config.alerting.exporter_job
+    job = [eq("job", job_name)]
     per = "{{ $labels.model }} / {{ $labels.route }}"
     return [
         _alert(
-            "TTFTExporterDown", TICKET,
-            f"{selector('up', job)} == 0\nor\nabsent({selector('up', job)})", w(300),
+            "TTFTExporterDown", TICKET, f"{selector('up', job)} == 0", w(300),
             "ttft-exporter target down: {{ $labels.instance }}",
-            f"Prometheus cannot scrape {{{{ $labels.instance }}}} of job "
-            f"{config.alerting.exporter_job}, or no such target exists: TTFT dashboards and "
-            f"alerts are blind for it.", config),
+            f"Prometheus cannot scrape {{{{ $labels.instance }}}} of job {job_name}: TTFT "
+            f"dashboards and alerts are blind for the processes behind it.", config),
+        _alert(
+            "TTFTExporterAbsent", TICKET, f"absent({selector('up', job)})", w(300),
+            f"ttft-exporter not scraped: no target of job {job_name}",
+            f"Prometheus has no scrape target of job {job_name} (alerting.exporter_job): "
+            f"TTFT dashboards and alerts are blind.", config),
         _alert(
             "TTFTExporterTenantFolding", TICKET,
             f"sum by (job, instance, {by(MODEL_ROUTE)}) "
             f"(rate({names.SELF_TENANT_FOLDS}[{w(900)}])) > 0", w(900),
             f"Tenants folded into {names.OTHER_TENANT}: {per}",
-            f"{{{{ $value | humanize }}}} calls per second of {per} are recorded under tenant "
+            f"{_VALUE_2F} calls per second of {per} are recorded under tenant "
             f"{names.OTHER_TENANT} on {{{{ $labels.instance }}}}: the model and route have more "
             f"than labels.max_tenants ({config.labels.max_tenants}) tenants, so per-tenant "
             f"panels and the tenant alerts no longer see all of them.", config),
@@ -477,7 +487,7 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             f"sum by (job, instance, {names.REASON}) (rate({names.SELF_DROPS}[{w(600)}])) > 0",
             w(600),
             "ttft-exporter drops samples ({{ $labels.reason }}): {{ $labels.instance }}",
-            f"{{{{ $labels.instance }}}} drops {{{{ $value | humanize }}}} samples per second "
+            f"{{{{ $labels.instance }}}} drops {_VALUE_2F} samples per second "
             f"for reason {{{{ $labels.reason }}}}: the metrics undercount.", config),
     ]
 

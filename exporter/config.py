@@ -373,8 +373,8 @@ def _check_alerting(al: AlertingConfig, errors: list[tuple[str, str]]) -> None:
         if getattr(al, key) < 1:
             errors.append((f"alerting.{key}", "must be at least 1"))
     if not re.fullmatch(r"[1-9][0-9]*[smhd]", al.dashboard_refresh):
-        errors.append(("alerting.dashboard_refresh",
-                       f"must be a Grafana interval such as 30s or 1m, got {al.dashboard_refresh!r}"))
+        errors.append(("alerting.dashboard_refresh", f"must be a Grafana interval such as 30s "
+                                                     f"or 1m, got {al.dashboard_refresh!r}"))
 
 
 def _kind(value: Any) -> str:
