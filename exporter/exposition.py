@@ -189,10 +189,8 @@ def _counter_families(rec: Recorder) -> list[Metric]:
 
 def families(rec: Recorder) -> Iterator[Metric]:
     """The same data as prometheus_client metric families (the reference, uncached path)."""
-    with rec._lock:
-        current_slice = time.perf_counter_ns() // rec.slice_ns
-        snapshot = [(state, [(s, s.hist.copy()) for s in state.series.values()])
-                    for state in rec.families.values()]
+    current_slice = time.perf_counter_ns() // rec.slice_ns
+    snapshot = [(state, rec.folded_copies(state)) for state in rec.families.values()]
     for state, series_list in snapshot:
         fam = state.family
         les = [floatToGoString(_seconds_or_tokens(state, b)) for b in state.layout.boundaries]

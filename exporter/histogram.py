@@ -79,7 +79,7 @@ class Layout:
 class Histogram:
     """Counts of integer values in HDR buckets; not thread-safe (the recorder owns the lock)."""
 
-    __slots__ = ("layout", "_counts", "_lo", "count", "total", "min", "max", "_at_or_below")
+    __slots__ = ("layout", "_counts", "_lo", "count", "total", "_at_or_below")
 
     def __init__(self, layout: Layout):
         self.layout = layout
@@ -87,82 +87,42 @@ class Histogram:
         self._lo = 0
         self.count = 0
         self.total = 0  # sum of recorded values, exact (Python int)
-        self.min = 0
-        self.max = 0
         # boundary position -> values recorded in its straddling bucket that are <= the boundary
         self._at_or_below: dict[int, int] | None = None
 
     def record(self, value: int) -> None:
         """Record one value >= 0. Values above `layout.highest` land in the top bucket."""
-        layout = self.layout
-        v = value if value <= layout.highest else layout.highest
-        b = (v | layout.mask).bit_length() - layout.shift
-        i = ((b + 1) << layout.half_magnitude) + (v >> b) - layout.half_count
-        if self.count == 0:
-            self._counts = array("I", (1,))
-            self._lo = i
-            self.min = self.max = value
-        else:
-            offset = i - self._lo
-            if 0 <= offset < len(self._counts):
-                try:
-                    self._counts[offset] += 1
-                except OverflowError:
-                    self._widen()
-                    self._counts[offset] += 1
-            else:
-                self._grow(i)
-                self._counts[i - self._lo] += 1
-            if value < self.min:
-                self.min = value
-            elif value > self.max:
-                self.max = value
-        self.count += 1
-        self.total += value
-        if i in layout.straddles:
-            self._note_straddle(i, v)
+        self.record_many((value,))
 
-    def record_many(self, values: Iterable[int]) -> None:
-        """Record many values; sorts them first so each HDR bucket is touched once."""
-        ordered = sorted(values)
-        if not ordered:
+    def record_many(self, values: Sequence[int]) -> None:
+        """Record values >= 0 (the recorder's batches): one tight loop, layout in locals."""
+        if not values:
             return
         layout = self.layout
-        highest = layout.highest
-        n = len(ordered)
-        if ordered[-1] > highest or self.count == 0:
-            for v in ordered:
-                self.record(v)
-            return
-        straddles = layout.straddles
-        self._grow(layout.index(ordered[0]))
-        self._grow(layout.index(ordered[-1]))
+        highest, mask, shift = layout.highest, layout.mask, layout.shift
+        half_mag, half, straddles = layout.half_magnitude, layout.half_count, layout.straddles
         counts, lo = self._counts, self._lo
-        mask, shift, half_mag, half = layout.mask, layout.shift, layout.half_magnitude, \
-            layout.half_count
-        start = 0
-        while start < n:
-            v = ordered[start]
+        n = len(counts)
+        for value in values:
+            v = value if value <= highest else highest
             b = (v | mask).bit_length() - shift
-            sub = v >> b
-            i = ((b + 1) << half_mag) + sub - half
-            end = bisect_left(ordered, (sub + 1) << b, start)
+            i = ((b + 1) << half_mag) + (v >> b) - half
+            j = i - lo
+            if not 0 <= j < n:
+                self._grow(i)
+                counts, lo = self._counts, self._lo
+                n = len(counts)
+                j = i - lo
             try:
-                counts[i - lo] += end - start
+                counts[j] += 1
             except OverflowError:
                 self._widen()
                 counts = self._counts
-                counts[i - lo] += end - start
+                counts[j] += 1
             if i in straddles:
-                for v2 in ordered[start:end]:
-                    self._note_straddle(i, v2)
-            start = end
-        self.count += n
-        self.total += sum(ordered)
-        if ordered[0] < self.min:
-            self.min = ordered[0]
-        if ordered[-1] > self.max:
-            self.max = ordered[-1]
+                self._note_straddle(i, v)
+        self.count += len(values)
+        self.total += sum(values)
 
     def _note_straddle(self, index: int, value: int) -> None:
         below = self._at_or_below
@@ -174,7 +134,7 @@ class Histogram:
 
     def _grow(self, index: int) -> None:
         """Extend the stored range to include `index`, a half-octave block at a time."""
-        if self.count == 0 and not self._counts:
+        if not self._counts:
             self._lo = index
             self._counts = array(self._counts.typecode, bytes(self._counts.itemsize))
             return
@@ -199,7 +159,6 @@ class Histogram:
         other = Histogram(self.layout)
         other._counts = array(self._counts.typecode, self._counts)
         other._lo, other.count, other.total = self._lo, self.count, self.total
-        other.min, other.max = self.min, self.max
         other._at_or_below = dict(self._at_or_below) if self._at_or_below else None
         return other
 
@@ -216,7 +175,6 @@ class Histogram:
         if self.count == 0:
             self._counts = array(other._counts.typecode, other._counts[first:last + 1])
             self._lo = other._lo + first
-            self.min, self.max = other.min, other.max
         else:
             self._grow(other._lo + first)
             self._grow(other._lo + last)
@@ -233,8 +191,6 @@ class Histogram:
                         self._widen()
                         counts = self._counts
                         counts[j + delta] += c
-            self.min = min(self.min, other.min)
-            self.max = max(self.max, other.max)
         self.count += other.count
         self.total += other.total
         if other._at_or_below:
@@ -318,9 +274,6 @@ class Histogram:
                 mid = (layout.lowest_equivalent(i) + layout.highest_equivalent(i)) // 2
                 out.total += c * mid
                 out.count += c
-        if out.count:
-            out.min = layout.lowest_equivalent(out._lo + out._first_nonzero())
-            out.max = layout.highest_equivalent(out._lo + out._last_nonzero())
         return out
 
 

@@ -37,8 +37,8 @@ def test_prometheus_agrees_with_the_exporter_under_demo_load():
         # the exporter's own exact p99 over every TTFT series (HDR merge)
         state = rec.families[names.TTFT.name]
         merged = Histogram(state.layout)
-        for series in state.series.values():
-            merged.add(series.hist)
+        for _, hist in rec.folded_copies(state):
+            merged.add(hist)
         prom.wait_for(f"sum({names.TTFT.name}_count)", timeout=20,
                       predicate=lambda r: bool(r) and float(r[0]["value"][1]) == merged.count)
         # HDR and Prometheus round the rank q*n differently (nearest vs. next order statistic),

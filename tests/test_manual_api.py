@@ -12,10 +12,16 @@ from exporter import names, runtime
 
 
 def series(family, **labels):
+    """The series' histogram with every pending value folded in, or None."""
     rec = runtime.state().recorder
     state = rec.families[family.name]
     want = tuple(labels[n] for n in state.label_names)
-    return state.series.get(want)
+    return next((h for s, h in rec.folded_copies(state) if s.values == want), None)
+
+
+def total_count(family):
+    rec = runtime.state().recorder
+    return sum(h.count for _, h in rec.folded_copies(rec.families[family.name]))
 
 
 def test_track_records_every_family():
@@ -30,10 +36,10 @@ def test_track_records_every_family():
             call.token("tool")
             call.usage(input=100, output=3, cached=64)
     s = series(names.TTFT, model="llama", provider="vllm", route="search", tenant="acme")
-    assert s.hist.count == 1 and 10_000 <= s.hist.max < 100_000
-    assert series(names.ITL, model="llama", provider="vllm", route="search").hist.count == 2
+    assert s.count == 1 and 10_000 <= s.total < 100_000
+    assert series(names.ITL, model="llama", provider="vllm", route="search").count == 2
     assert series(names.CACHED_INPUT_TOKENS, model="llama", provider="vllm",
-                  route="search").hist.total == 64
+                  route="search").total == 64
     for phase in ("server", "prefill", "reasoning", "decode"):
         assert series(names.PHASE_FAMILY, model="llama", provider="vllm", route="search",
                       phase=phase) is not None, phase
@@ -169,9 +175,7 @@ def test_no_count_lost_under_threads_and_tasks():
     for t in pool:
         t.join()
     rec = runtime.state().recorder
-    state = rec.families[names.TTFT.name]
-    assert sum(s.hist.count for s in state.series.values()) == threads * per_thread + tasks
-    itl = rec.families[names.ITL.name]
-    assert sum(s.hist.count for s in itl.series.values()) == threads * per_thread + tasks
+    assert total_count(names.TTFT) == threads * per_thread + tasks
+    assert total_count(names.ITL) == threads * per_thread + tasks
     assert sum(rec.requests.values()) == threads * per_thread + tasks
     assert all(v == 0 for v in rec.in_flight.values())
