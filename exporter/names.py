@@ -106,7 +106,6 @@ REQUESTS_IN_FLIGHT = "llm_client_requests_in_flight"  # gauge; model, route, pro
 SELF_SERIES = "ttft_exporter_series"
 SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
 SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
-SELF_PUSH_ERRORS = "ttft_exporter_push_errors_total"
 SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).
