@@ -307,9 +307,11 @@ def _latency_records(config: Config, w: _Windows) -> list[dict[str, Any]]:
         {"record": n.tenant_p99, "expr": tenant_p99("")},
         {"record": n.tenant_p99_baseline, "expr": tenant_p99(ten_off)},
         {"record": n.tenant_p99_rise, "expr": f"{n.tenant_p99}\n/ {n.tenant_p99_baseline}"},
+        # sum / count rather than avg: exact, where avg's running mean depends on series order.
         {"record": n.tenants_degraded_ratio,
-         "expr": (f"avg by ({by(MODEL_ROUTE)}) "
-                  f"({n.tenant_p99_rise} > bool {num(al.tenant_degraded_factor)})")},
+         "expr": (f"sum by ({by(MODEL_ROUTE)}) "
+                  f"({n.tenant_p99_rise} > bool {num(al.tenant_degraded_factor)})\n"
+                  f"/ count by ({by(MODEL_ROUTE)}) ({n.tenant_p99_rise})")},
     ]
 
 
@@ -462,7 +464,7 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
     job_name = config.alerting.exporter_job
     job = [eq("job", job_name)]
     per = "{{ $labels.model }} / {{ $labels.route }}"
-    return [
+    rules = [
         _alert(
             "TTFTExporterDown", TICKET, f"{selector('up', job)} == 0", w(300),
             "ttft-exporter target down: {{ $labels.instance }}",
@@ -474,6 +476,15 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             f"Prometheus has no scrape target of job {job_name} (alerting.exporter_job): "
             f"TTFT dashboards and alerts are blind.", config),
         _alert(
+            "TTFTExporterDroppingSamples", TICKET,
+            f"sum by (job, instance, {names.REASON}) (rate({names.SELF_DROPS}[{w(600)}])) > 0",
+            w(600), "ttft-exporter drops samples ({{ $labels.reason }}): {{ $labels.instance }}",
+            f"{{{{ $labels.instance }}}} drops {_VALUE_2F} samples per second for reason "
+            f"{{{{ $labels.reason }}}}: the metrics undercount.", config),
+    ]
+    # With an allowlist, folding every other tenant is the configured behaviour, not a problem.
+    if config.labels.tenant_policy != "allowlist":
+        rules.append(_alert(
             "TTFTExporterTenantFolding", TICKET,
             f"sum by (job, instance, {by(MODEL_ROUTE)}) "
             f"(rate({names.SELF_TENANT_FOLDS}[{w(900)}])) > 0", w(900),
@@ -481,15 +492,8 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             f"{_VALUE_2F} calls per second of {per} are recorded under tenant "
             f"{names.OTHER_TENANT} on {{{{ $labels.instance }}}}: the model and route have more "
             f"than labels.max_tenants ({config.labels.max_tenants}) tenants, so per-tenant "
-            f"panels and the tenant alerts no longer see all of them.", config),
-        _alert(
-            "TTFTExporterDroppingSamples", TICKET,
-            f"sum by (job, instance, {names.REASON}) (rate({names.SELF_DROPS}[{w(600)}])) > 0",
-            w(600),
-            "ttft-exporter drops samples ({{ $labels.reason }}): {{ $labels.instance }}",
-            f"{{{{ $labels.instance }}}} drops {_VALUE_2F} samples per second "
-            f"for reason {{{{ $labels.reason }}}}: the metrics undercount.", config),
-    ]
+            f"panels and the tenant alerts no longer see all of them.", config))
+    return rules
 
 
 def alert_names(config: Config) -> list[str]:
