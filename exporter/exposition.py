@@ -100,7 +100,9 @@ class Renderer:
 
     def _histogram_text(self, state: FamilyState, series: Series, hist: Histogram) -> str:
         name = state.family.name
-        labels = _labels(list(zip(state.label_names, series.values)))
+        labels = series.label_text
+        if not labels:
+            labels = series.label_text = _labels(list(zip(state.label_names, series.values)))
         cumulative = hist.cumulative_at()
         cumulative.append(hist.count)
         lines = [f'{name}_bucket{{le="{le}",{labels}}} {_count(c)}\n'
@@ -114,8 +116,11 @@ class Renderer:
         values = window_quantiles(self.recorder, state, series, current_slice) or ()
         name = state.family.window_name
         pairs = list(zip(state.label_names, series.values))
-        labels = _labels(pairs)
-        lines = [f"{name}{{{_labels(pairs + [(names.QUANTILE, q)])}}} {floatToGoString(v)}\n"
+        labels = series.label_text or _labels(pairs)
+        # `quantile` sorts between the other labels: render the two sides once
+        before = "".join(f'{k}="{_escape(v)}",' for k, v in pairs if k < names.QUANTILE)
+        after = "".join(f',{k}="{_escape(v)}"' for k, v in pairs if k > names.QUANTILE)
+        lines = [f'{name}{{{before}{names.QUANTILE}="{q}"{after}}} {floatToGoString(v)}\n'
                  for q, v in zip(self._quantile_labels, values)]
         hist = series.hist
         lines.append(f"{name}_count{{{labels}}} {_count(hist.count)}\n")

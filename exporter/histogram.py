@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from operator import add
 from typing import Iterable, Sequence
@@ -29,7 +29,7 @@ class Layout:
     """Bucket layout shared by every histogram of one family (so each histogram stays small)."""
 
     __slots__ = ("digits", "highest", "half_magnitude", "half_count", "mask", "shift",
-                 "boundaries", "straddles", "_boundary_index")
+                 "boundaries", "straddles", "full_end")
 
     def __init__(self, highest: int, digits: int, boundaries: Sequence[int] = ()):
         if not 1 <= digits <= 3:
@@ -47,11 +47,16 @@ class Layout:
         self.boundaries: tuple[int, ...] = tuple(sorted(set(int(b) for b in boundaries)))
         # HDR index -> positions (into boundaries) of boundaries that fall strictly inside it.
         self.straddles: dict[int, tuple[int, ...]] = {}
-        self._boundary_index: tuple[int, ...] = tuple(self.index(b) for b in self.boundaries)
+        # Per boundary: one past the last HDR index whose values are all <= the boundary.
+        full_end = []
         for pos, boundary in enumerate(self.boundaries):
-            i = self._boundary_index[pos]
+            i = self.index(boundary)
             if self.highest_equivalent(i) != boundary:
                 self.straddles[i] = self.straddles.get(i, ()) + (pos,)
+                full_end.append(i)
+            else:
+                full_end.append(i + 1)
+        self.full_end: tuple[int, ...] = tuple(full_end)
 
     def index(self, value: int) -> int:
         """HdrHistogram's counts index for a non-negative integer value."""
@@ -210,27 +215,20 @@ class Histogram:
         lo = self._lo
         return ((lo + j, c) for j, c in enumerate(self._counts) if c)
 
-    def cumulative_at(self, boundaries_positions: Sequence[int] | None = None) -> list[int]:
+    def cumulative_at(self) -> list[int]:
         """Exact count of values <= each `layout.boundaries` value (cumulative, as `le`)."""
         layout = self.layout
-        out: list[int] = []
         if self.count == 0:
             return [0] * len(layout.boundaries)
-        counts, lo = self._counts, self._lo
-        n = len(counts)
-        running = 0
-        j = 0  # next counts offset not yet added to `running`
-        below = self._at_or_below or {}
-        for pos, boundary in enumerate(layout.boundaries):
-            i = layout._boundary_index[pos] - lo
-            straddling = (i + lo) in layout.straddles
-            stop = i if straddling else i + 1  # buckets fully at or under the boundary
-            stop = min(max(stop, 0), n)
-            if stop > j:
-                running += sum(counts[j:stop])
-                j = stop
-            extra = below.get(pos, 0) if straddling and 0 <= i < n else 0
-            out.append(running + extra)
+        running = [0, *accumulate(self._counts)]  # running[k] = sum of counts[:k]
+        lo, full_end = self._lo, layout.full_end
+        # boundaries wholly below the stored range count 0, wholly above it count everything
+        first = bisect_right(full_end, lo)
+        last = bisect_left(full_end, lo + len(running) - 1, first)
+        out = [0] * first + [running[end - lo] for end in full_end[first:last]] + \
+            [running[-1]] * (len(full_end) - last)
+        for pos, c in (self._at_or_below or {}).items():
+            out[pos] += c
         return out
 
     def quantiles(self, qs: Sequence[float]) -> list[int]:

@@ -41,8 +41,8 @@ PENDING_MAX = 64
 class Series:
     """One histogram series: cumulative counts, window slices, and its cached exposition text."""
 
-    __slots__ = ("state", "values", "hist", "slices", "pending", "pending_slice", "text",
-                 "window_text", "window_key")
+    __slots__ = ("state", "values", "hist", "slices", "pending", "pending_slice", "label_text",
+                 "text", "window_text", "window_key")
 
     def __init__(self, state: "FamilyState", values: tuple[str, ...]):
         self.state = state
@@ -53,6 +53,8 @@ class Series:
         #: Values recorded but not yet folded into `hist` (and the window slice pending_slice).
         self.pending: list[int] = []
         self.pending_slice = 0
+        #: Exposition caches, owned by the renderer: sorted label pairs, lines, window lines.
+        self.label_text = ""
         self.text = ""
         self.window_text = ""
         self.window_key = -1
