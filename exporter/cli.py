@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import runtime
 from .config import ConfigError, load
-from .server import serve_forever
+from .server import serve_until_signalled
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -25,7 +25,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = runtime.configure(args.config)
     addr = args.addr or config.server.addr
     port = args.port if args.port is not None else config.server.port
-    serve_forever(addr, port)
+    serve_until_signalled(addr, port)
     return 0
 
 

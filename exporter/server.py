@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import signal
 import socket
 import threading
 from typing import Callable
@@ -122,7 +123,20 @@ def start_http_server(port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR) -> Exp
     return ExporterServer(create_app(), addr, port).start()
 
 
-def serve_forever(addr: str, port: int, app: web.Application | None = None) -> None:
-    """Run in the foreground until SIGINT/SIGTERM (aiohttp's run_app handles both cleanly)."""
-    web.run_app(app or create_app(), host=addr, port=port, access_log=None,
-                print=lambda msg: print(msg, flush=True), handle_signals=True)
+def serve_until_signalled(addr: str, port: int) -> None:
+    """Serve in the foreground until SIGINT or SIGTERM, then stop cleanly.
+
+    Prints the real URL (port 0 picks a free port) so scripts and tests can find it.
+    """
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    server = start_http_server(port=port, addr=addr)
+    print(f"ttft-exporter serving {server.url}", flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

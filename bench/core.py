@@ -1,0 +1,245 @@
+"""Issue #2 figures: token cost, record cost, bytes per series, scrape time."""
+
+from __future__ import annotations
+
+import gc
+import random
+import sys
+import time
+import tracemalloc
+from typing import Callable
+
+from hdrh.histogram import HdrHistogram
+from prometheus_client import CollectorRegistry, Histogram as PromHistogram, generate_latest
+
+from exporter import names, runtime
+from exporter.config import Config
+from exporter.exposition import Renderer
+from exporter.histogram import Histogram, Layout
+from exporter.recorder import Recorder, US_PER_SECOND
+from exporter.shim.manual import Call
+from exporter.timeline import CallTimeline
+
+from .harness import Stat, interleaved, ratios
+
+HOUR_US = 3_600_000_000
+
+
+def token_cost(runs: int, ops: int) -> list[str]:
+    """Added ns per `call.token()` over a bare `time.perf_counter_ns()` loop."""
+    from time import perf_counter_ns
+
+    def bare(n: int) -> None:
+        for _ in range(n):
+            perf_counter_ns()
+
+    def tokens(n: int) -> None:
+        call = Call("m", "p", "r", "t")
+        token = call.token
+        for _ in range(n):
+            token()
+
+    def tokens_kind(n: int) -> None:
+        call = Call("m", "p", "r", "t")
+        token = call.token
+        for _ in range(n):
+            token("reasoning")
+
+    res = interleaved({"bare": bare, "token": tokens, "reasoning": tokens_kind}, ops, runs)
+    added = Stat.of([t - b for t, b in zip(res["token"], res["bare"])])
+    added_r = Stat.of([t - b for t, b in zip(res["reasoning"], res["bare"])])
+    return [
+        f"| `call.token()` added over a bare `perf_counter_ns()` loop | {added.fmt()} | "
+        f"≤ 200 ns | {'met' if added.median <= 200 else 'missed'} |",
+        f"| `call.token(\"reasoning\")` added | {added_r.fmt()} | ≤ 200 ns | "
+        f"{'met' if added_r.median <= 200 else 'missed'} |",
+        f"| (bare `perf_counter_ns()` loop itself) | {Stat.of(res['bare']).fmt()} | | |",
+    ]
+
+
+def record_cost(runs: int, ops: int) -> list[str]:
+    """Per-value cost of the recorder vs prometheus_client observe, HdrHistogram_py, OTel."""
+    rng = random.Random(1)
+    values_us = [int(rng.lognormvariate(13, 0.8)) for _ in range(4096)]
+    values_s = [v / US_PER_SECOND for v in values_us]
+    registry = CollectorRegistry()
+    prom = PromHistogram("x_seconds", "x", buckets=Config().seconds_buckets(),
+                         registry=registry)
+    prom_labelled = PromHistogram("y_seconds", "y", ["model", "route"],
+                                  buckets=Config().seconds_buckets(), registry=registry)
+    hdr = HdrHistogram(1, HOUR_US, 2)
+    rec = Recorder()
+    ttft = rec.families[names.TTFT.name]  # windowed: values go to the cumulative and a slice
+    key = ("m", "p", "r", "t")
+    slice_id = time.perf_counter_ns() // rec.slice_ns
+
+    def recorder_path(fold_at_scrape: bool) -> Callable[[int], None]:
+        """Values recorded as calls do: one lock per call, ~10 values per call."""
+        lock, observe = rec._lock, rec._observe
+
+        def run(n: int) -> None:
+            for k in range(0, n, 10):
+                start = k % 4000
+                with lock:
+                    for v in values_us[start:start + 10]:
+                        observe(ttft, key, v, slice_id)
+                    if fold_at_scrape:  # the scrape thread's share, not timed as caller work
+                        rec.families[names.TTFT.name].series[key].pending.clear()
+        return run
+
+    def cycle(fn: Callable[[float], None], values: list[float]) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            k = len(values)
+            for i in range(n):
+                fn(values[i % k])
+        return run
+
+    contenders: dict[str, Callable[[int], None]] = {
+        "this recorder, all work (append, HDR fold into cumulative + window slice)":
+            recorder_path(False),
+        "this recorder, caller's thread when scrapes fold (append only)": recorder_path(True),
+        "prometheus_client bound `observe`": cycle(prom.observe, values_s),
+        "prometheus_client `labels(...).observe`": cycle(
+            lambda v: prom_labelled.labels("m", "r").observe(v), values_s),
+        "HdrHistogram_py `record_value`": cycle(hdr.record_value, values_us),  # type: ignore
+    }
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        meter = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("bench")
+        otel = meter.create_histogram("x", unit="s")
+        attrs = {"model": "m", "route": "r", "tenant": "t"}
+        contenders["OTel SDK `Histogram.record` (3 attributes)"] = cycle(
+            lambda v: otel.record(v, attrs), values_s)
+    except ImportError:
+        pass
+    res = interleaved(contenders, ops, runs)
+    base = res["prometheus_client bound `observe`"]
+    lines = []
+    for name, values in res.items():
+        r = ratios(base, values)
+        goal, status = "", f"prometheus_client/this = {r.median:.1f}×"
+        if name.startswith("this recorder, all"):
+            goal = "≥ 5× cheaper than prometheus_client `observe`"
+            status = f"{'met' if r.median >= 5 else 'missed'} ({status})"
+        lines.append(f"| record one value: {name} | {Stat.of(values).fmt()} | {goal} | "
+                     f"{status} |")
+    return lines
+
+
+def bytes_per_series(quick: bool) -> list[str]:
+    """Memory of one TTFT series (cumulative + window) after a realistic load of values."""
+    rng = random.Random(2)
+    n_series = 200 if quick else 10_000
+    values_per_series = 200 if quick else 1000
+    config = Config()
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    rec = Recorder(config)
+    now = time.perf_counter_ns()
+    for i in range(n_series):
+        t_model, t_route, t_tenant = f"m{i % 3}", f"r{(i // 3) % 3}", f"tenant-{i // 9}"
+        for _ in range(values_per_series // 10):
+            t = CallTimeline(start=now, model=t_model, route=t_route, tenant=t_tenant,
+                             provider="p")
+            ttft = int(rng.lognormvariate(-0.7, 0.6) * 1e9)
+            t.first_token = t.first_answer_token = now + ttft
+            t.end = now + ttft + int(rng.uniform(1, 5) * 1e9)
+            rec.record_call(t)
+    for state in rec.families.values():  # fold pending batches, as the next scrape would
+        for series in state.series.values():
+            series.fold(config.window.slices)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    state = rec.families[names.TTFT.name]
+    counters = [h.nbytes for _, h in rec.folded_copies(state)]
+    counters.sort()
+    total = after - before
+    series = rec.series_count
+    per_series = total / series
+    return [
+        f"| bytes per series, whole recorder (all families, window slices, keys) at "
+        f"{series:,} series | {per_series:,.0f} B | ≤ 4 KB | "
+        f"{'met' if per_series <= 4096 else 'missed'} |",
+        f"| HDR counters of one TTFT series (median of {len(counters):,}; lognormal TTFT, "
+        f"~{values_per_series // 10} calls each) | {counters[len(counters) // 2]:,} B | | |",
+        f"| total recorder memory at {series:,} series | {total / 2**20:,.1f} MiB | | |",
+    ]
+
+
+def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
+    """Render time at N histogram series vs prometheus_client.generate_latest, same content."""
+    lines = []
+    for n in sizes:
+        runtime.configure(None)
+        rec = runtime.state().recorder
+        rng = random.Random(3)
+        now = time.perf_counter_ns()
+        # N TTFT series: n/9 tenants x 3 models x 3 routes, a few calls each
+        for i in range(n):
+            t = CallTimeline(start=now, model=f"m{i % 3}", route=f"r{(i // 3) % 3}",
+                             tenant=f"tenant-{i // 9}", provider="p")
+            t.first_token = now + int(rng.lognormvariate(-0.7, 0.6) * 1e9)
+            t.end = t.first_token + 1
+            for _ in range(3):
+                rec._record_locked(t, _ttft_only(t))
+        renderer = Renderer(rec)
+        registry = CollectorRegistry()
+        from exporter.collector import ExporterCollector
+
+        registry.register(ExporterCollector())
+        full, partial, reference = [], [], []
+        size = 0
+        for _ in range(runs):
+            for s in rec.families[names.TTFT.name].series.values():
+                rec._dirty.add(s)
+            start = time.perf_counter()
+            body = renderer.render()
+            full.append((time.perf_counter() - start) * 1000)
+            size = len(body)
+            # 10% of the series changed since the previous scrape
+            for k, s in enumerate(rec.families[names.TTFT.name].series.values()):
+                if k % 10 == 0:
+                    rec._dirty.add(s)
+            start = time.perf_counter()
+            renderer.render()
+            partial.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            generate_latest(registry)
+            reference.append((time.perf_counter() - start) * 1000)
+        r_full = ratios(reference, full)
+        goal = "≤ 50 ms" if n == 1000 else "≥ 10× faster than generate_latest"
+        met = Stat.of(full).median <= 50 if n == 1000 else r_full.median >= 10
+        lines.append(f"| scrape {n:,} series, every series changed | {Stat.of(full).fmt('ms', 1)}"
+                     f"; {size / 1e6:.1f} MB | {goal} | {'met' if met else 'missed'} "
+                     f"(generate_latest/this = {r_full.median:.1f}×) |")
+        lines.append(f"| scrape {n:,} series, 10% changed | {Stat.of(partial).fmt('ms', 1)} | | "
+                     f"(generate_latest/this = {ratios(reference, partial).median:.1f}×) |")
+        lines.append(f"| prometheus_client generate_latest, same {n:,} series | "
+                     f"{Stat.of(reference).fmt('ms', 1)} | | |")
+    runtime.configure(None)
+    return lines
+
+
+def _ttft_only(t: CallTimeline):
+    from exporter.timeline import Derived
+
+    return Derived(ttft=(t.first_token - t.start) // 1000, first_answer=None, tpot=None,
+                   stall=None, duration=None, phases={}, gaps=[])
+
+
+def run(quick: bool) -> list[str]:
+    runs = 3 if quick else 7
+    lines = ["| figure | measured (median of runs; min, max) | goal | status |",
+             "| --- | --- | --- | --- |"]
+    lines += token_cost(runs, 2_000 if quick else 200_000)
+    lines += record_cost(runs, 2_000 if quick else 200_000)
+    lines += bytes_per_series(quick)
+    lines += scrape_time(runs if not quick else 1, (100,) if quick else (1_000, 10_000))
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(run("--quick" in sys.argv)))
