@@ -194,3 +194,38 @@ class PrometheusServer:
     def targets(self) -> list[dict[str, Any]]:
         """Active scrape targets with health and last error, from `/api/v1/targets`."""
         return self._get("/api/v1/targets")["activeTargets"]
+
+    def label_values(self, label: str, match: str | None = None) -> list[str]:
+        """Values of `label` (optionally among the series `match` selects), like Grafana's
+        `label_values(match, label)` variable query."""
+        params = {"match[]": match} if match else None
+        return self._get(f"/api/v1/label/{label}/values", params)
+
+
+# --- PromQL helpers for tests -------------------------------------------------------------------
+
+_PROMQL_KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "by", "without", "on",
+                              "ignoring", "group_left", "group_right", "inf", "nan"})
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects: identifiers that are not functions,
+    aggregations, keywords, label names, label values, durations or Grafana variables."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals (label values)
+    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # range and subquery windows
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ",
+                  text)  # label lists
+    text = re.sub(r"\boffset\s+[\w$]+", " ", text)
+    found = set()
+    for match in re.finditer(r"(?<![\w.:$])([A-Za-z_:][\w:]*)(\s*\()?", text):
+        name, call = match.groups()
+        if not call and name not in _PROMQL_KEYWORDS:
+            found.add(name)
+    return found
+
+
+def grafana_expr(expr: str, rate_interval: str = "10s", time_range: str = "1m") -> str:
+    """A panel query as Grafana sends it with every template variable set to All."""
+    return (expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
+            .replace("$model", ".*").replace("$route", ".*").replace("$tenant", ".*"))
