@@ -9,9 +9,11 @@ from . import collector as _collector_module  # before `def collector`, which mu
 from .runtime import configure
 from .server import start_http_server
 from .shim.context import labels
+from .shim.instrument import instrument, uninstrument
 from .shim.manual import track
 
-__all__ = ["collector", "configure", "labels", "start_http_server", "track"]
+__all__ = ["collector", "configure", "instrument", "labels", "start_http_server", "track",
+           "uninstrument"]
 
 
 def collector() -> _Collector:

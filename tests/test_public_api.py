@@ -8,4 +8,5 @@ def test_public_surface_is_pinned():
                     and not isinstance(getattr(exporter, name), types.ModuleType))
     assert public == sorted(exporter.__all__)
     assert all(callable(getattr(exporter, name)) for name in public)
-    assert exporter.__all__ == ["collector", "configure", "labels", "start_http_server", "track"]
+    assert exporter.__all__ == ["collector", "configure", "instrument", "labels",
+                                "start_http_server", "track", "uninstrument"]

@@ -70,14 +70,15 @@ class Call:
         if self.timeline.outcome is None:
             self.timeline.outcome = names.ABANDONED
 
-    def finish(self, exc: BaseException | None = None) -> None:
-        """End the call (idempotent): stamp `end`, classify the outcome, record."""
+    def finish(self, exc: BaseException | None = None, *, end: int | None = None) -> None:
+        """End the call (idempotent): stamp `end` (now, or the given stamp), classify the
+        outcome, record."""
         if self._finished:
             return
         self._finished = True
         try:
             t = self.timeline
-            t.end = perf_counter_ns()
+            t.end = perf_counter_ns() if end is None else end
             if t.outcome is None or exc is not None:
                 t.outcome = outcome_of(exc)
         finally:

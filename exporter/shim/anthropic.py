@@ -1,0 +1,135 @@
+"""The anthropic SDK patch: Messages (and beta Messages), sync and async, streamed or not.
+
+Same hooks as the openai patch (see openai.py and stream.py): the client's `request()`,
+`_build_request()`, `Stream.__stream__` / `AsyncStream.__stream__`, and `messages.create` for
+the `start` stamp. `messages.stream(...)` posts through `request()` when its context manager is
+entered, so it is measured from there.
+
+Token events (DESIGN §4): `content_block_delta` with a non-empty `text_delta` (content),
+`thinking_delta` (reasoning) or `input_json_delta` (tool arguments). `message_start`,
+`content_block_start`, `content_block_stop`, `signature_delta`, `citations_delta`,
+`message_delta`, `message_stop` are framing (`ping` never reaches us: the SDK drops it).
+
+Usage: Anthropic's `input_tokens` excludes the prompt-cache reads and writes. To keep
+`llm_client_input_tokens` the total prompt size for every provider (OpenAI's count includes
+cached tokens), input = `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`
+and cached = `cache_read_input_tokens`. Streamed usage is spread over `message_start` (input,
+cache) and `message_delta` (cumulative output; newer servers repeat the input counts there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .stream import (CONTENT, REASONING, TOOL, SDK, Endpoint, Tracked, build_request_hook,
+                     field, provider_name, request_hook, start_hook, stream_hook)
+
+_USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+                 "output_tokens")
+
+
+def classify(event: Any, tr: Tracked) -> str | None:
+    kind = event.type
+    if kind == "content_block_delta":
+        delta = event.delta
+        dtype = delta.type
+        if dtype == "text_delta":
+            return CONTENT if delta.text else None
+        if dtype == "thinking_delta":
+            return REASONING if delta.thinking else None
+        if dtype == "input_json_delta":
+            return TOOL if delta.partial_json else None
+        return None  # signature_delta, citations_delta
+    if kind == "message_start":
+        message = event.message
+        _note(tr, field(message, "usage"), field(message, "model"))
+    elif kind == "message_delta":
+        _note(tr, field(event, "usage"), None)
+    return None
+
+
+def _note(tr: Tracked, usage: Any, model: Any) -> None:
+    seen = tr.usage
+    if seen is None:
+        seen = tr.usage = {}
+    for name in _USAGE_FIELDS:
+        value = field(usage, name)
+        if isinstance(value, int):
+            seen[name] = value
+    if isinstance(model, str) and model:
+        seen["model"] = model
+
+
+def final(last: Any, tr: Tracked) -> None:
+    seen = tr.usage
+    if seen:
+        _record(tr, seen)
+
+
+def body_usage(message: Any, tr: Tracked) -> None:
+    usage = field(message, "usage")
+    seen = {name: field(usage, name) for name in _USAGE_FIELDS}
+    seen["model"] = field(message, "model")
+    _record(tr, seen)
+
+
+def _record(tr: Tracked, seen: dict[str, Any]) -> None:
+    parts = [seen.get(name) for name in _USAGE_FIELDS[:3]]
+    total = None
+    if isinstance(parts[0], int):
+        total = sum(p for p in parts if isinstance(p, int))
+    tr.call.usage(input=total, output=seen.get("output_tokens"),
+                  cached=seen.get("cache_read_input_tokens"), model=seen.get("model"))
+
+
+ENDPOINTS = {"/v1/messages": Endpoint(classify, final, body_usage)}
+
+_CLASS_PROVIDERS = (("bedrock", "bedrock"), ("aws", "bedrock"), ("vertex", "vertex"),
+                    ("googlecloud", "vertex"), ("foundry", "azure"), ("azure", "azure"))
+_providers: dict[tuple[type, str], str] = {}
+
+
+def provider(client: Any) -> str:
+    """bedrock / vertex / azure for those clients, else from the base URL host."""
+    try:
+        host = client.base_url.host
+    except Exception:
+        host = ""
+    key = (type(client), host)
+    name = _providers.get(key)
+    if name is None:
+        cls = type(client).__name__.lower()
+        name = next((n for part, n in _CLASS_PROVIDERS if part in cls), None) \
+            or provider_name(host, "anthropic")
+        if len(_providers) < 1024:
+            _providers[key] = name
+    return name
+
+
+SDK_SPEC = SDK("anthropic", ENDPOINTS, provider)
+
+
+def targets() -> list[tuple[type, str, Any]]:
+    """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
+    from anthropic import _base_client, _streaming
+    from anthropic.resources.messages import messages
+
+    out: list[tuple[type, str, Any]] = [
+        (_base_client.SyncAPIClient, "request",
+         lambda f: request_hook(f, SDK_SPEC, is_async=False)),
+        (_base_client.AsyncAPIClient, "request",
+         lambda f: request_hook(f, SDK_SPEC, is_async=True)),
+        (_base_client.BaseClient, "_build_request", build_request_hook),
+        (_streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
+        (_streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
+        (messages.Messages, "create", lambda f: start_hook(f, is_async=False)),
+        (messages.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)),
+    ]
+    try:
+        from anthropic.resources.beta.messages import messages as beta
+    except ImportError:
+        pass
+    else:
+        out.append((beta.Messages, "create", lambda f: start_hook(f, is_async=False)))
+        out.append((beta.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)))
+    return out

@@ -1,0 +1,145 @@
+"""Network phases from httpx's own `trace` request extension (httpx/httpcore and httpx2/httpcore2).
+
+httpcore calls `request.extensions["trace"](name, info)` around each step of a request (an
+`async def` for async clients). Event names are `<logger>.<step>.<started|complete|failed>`,
+the logger being the last part of `httpcore.connection`, `httpcore.http11`, `httpcore.http2`,
+`httpcore.proxy` and `httpcore.socks` (httpcore2 names its loggers `httpcore2.*`, so the names
+are the same). There is no event for a connection-pool wait, so:
+
+* `dispatched` = the first network step of the request: `connection.connect_tcp.started` on a
+  new connection, `http11.send_request_headers.started` (or http2) on a reused one, where
+  `connected` = `dispatched`, i.e. connect = 0;
+* `connected` = `connect_tcp` / `start_tls` complete (the last one: TLS, or TLS through a proxy);
+* `sent` = `send_request_body.complete`; `headers` = `receive_response_headers.complete`;
+* `response_closed.started` tells the SDK patch that the response was closed.
+
+Only httpcore-based transports emit these; with any other transport no stamp is taken and the
+phases that need them are not recorded.
+
+For the manual API with a plain httpx client: `extensions={"trace": trace_for(call)}` (or
+`trace_for(call, is_async=True)` for `httpx.AsyncClient`).
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+from typing import Any
+
+_DISPATCH, _CONNECTED, _SEND_START, _SENT, _HEADERS, _CLOSED = range(6)
+_STEPS = {
+    "connect_tcp.started": _DISPATCH,
+    "connect_unix_socket.started": _DISPATCH,
+    "connect_tcp.complete": _CONNECTED,
+    "connect_unix_socket.complete": _CONNECTED,
+    "start_tls.complete": _CONNECTED,
+    "setup_socks5_connection.complete": _CONNECTED,
+    "send_request_headers.started": _SEND_START,
+    "send_request_body.complete": _SENT,
+    "receive_response_headers.complete": _HEADERS,
+    "response_closed.started": _CLOSED,
+}
+#: Full event name -> what it stamps.
+EVENTS = {f"{logger}.{step}": code
+          for logger in ("connection", "http11", "http2", "proxy", "socks")
+          for step, code in _STEPS.items()}
+
+
+def stamp(t: Any, name: str) -> bool:
+    """Stamp the timeline `t` for the trace event `name`; True when the response was closed."""
+    code = EVENTS.get(name)
+    if code is None:
+        return False
+    now = perf_counter_ns()
+    if code == _HEADERS:
+        t.headers = now
+    elif code == _SENT:
+        t.sent = now
+    elif code == _SEND_START:
+        if t.dispatched is None:
+            t.dispatched = now
+        if t.connected is None:  # a reused connection: no connect step
+            t.connected = t.dispatched
+    elif code == _DISPATCH:
+        if t.dispatched is None:
+            t.dispatched = now
+    elif code == _CONNECTED:
+        t.connected = now
+    else:
+        return True
+    return False
+
+
+class _Chain:
+    """Our trace callback after one that was already on the request."""
+
+    __slots__ = ("first", "ours")
+
+    def __init__(self, first: Any, ours: Any):
+        self.first = first
+        self.ours = ours
+
+    def __call__(self, name: str, info: dict) -> Any:
+        self.ours(name, info)
+        return self.first(name, info)
+
+
+class _AsyncChain(_Chain):
+    __slots__ = ()
+
+    async def __call__(self, name: str, info: dict) -> Any:  # type: ignore[override]
+        await self.ours(name, info)
+        return await self.first(name, info)
+
+
+def attach(request: Any, tracer: Any) -> None:
+    """Make `tracer` the request's trace extension, keeping one that is already there."""
+    extensions = request.extensions
+    previous = extensions.get("trace")
+    if previous is None or previous is tracer:
+        extensions["trace"] = tracer
+    elif not (isinstance(previous, _Chain) and previous.ours is tracer):
+        import inspect
+
+        is_async = inspect.iscoroutinefunction(getattr(tracer, "__call__", tracer))
+        extensions["trace"] = (_AsyncChain if is_async else _Chain)(previous, tracer)
+
+
+def tracked_of(response: Any, kind: type) -> Any:
+    """The object of type `kind` that is the trace extension of `response`'s request."""
+    if response is None:
+        return None
+    try:
+        tracer = response.request.extensions.get("trace")
+    except Exception:  # no request on a hand-made response
+        return None
+    if isinstance(tracer, _Chain):
+        tracer = tracer.ours
+    return tracer if isinstance(tracer, kind) else None
+
+
+class _CallTrace:
+    __slots__ = ("timeline",)
+
+    def __init__(self, call: Any):
+        self.timeline = call.timeline
+
+    def __call__(self, name: str, info: dict) -> None:
+        try:
+            stamp(self.timeline, name)
+        except Exception:
+            pass
+
+
+class _AsyncCallTrace(_CallTrace):
+    __slots__ = ()
+
+    async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
+        try:
+            stamp(self.timeline, name)
+        except Exception:
+            pass
+
+
+def trace_for(call: Any, is_async: bool = False) -> Any:
+    """An httpx `trace` extension stamping the phases of a manual-API `Call`."""
+    return (_AsyncCallTrace if is_async else _CallTrace)(call)

@@ -1,0 +1,158 @@
+"""The openai SDK patch: Chat Completions and Responses, sync and async, streamed or not.
+
+Hooks (all at class level, so clients created before `instrument()` are measured too):
+`SyncAPIClient.request` / `AsyncAPIClient.request` (every call, helpers and raw responses
+included), `BaseClient._build_request` (httpx trace extension), `Stream.__stream__` /
+`AsyncStream.__stream__` (the token wrapper) and the `create`/`parse` methods of
+`chat.completions` and `responses` (the `start` stamp). `chat.completions.stream()` and
+`responses.stream()` call `create`, so they are covered. See stream.py for the mechanics.
+
+Token events (DESIGN §4): a chat chunk is a token when a choice's delta carries `content`,
+`refusal`, tool-call or function-call `arguments` (kind tool), an audio transcript, or
+`reasoning_content` / `reasoning` (kind reasoning; vLLM, DeepSeek and other OpenAI-compatible
+servers). Role-only, empty and usage-only chunks are framing. A Responses event is a token when
+it is one of the `*.delta` events in `RESPONSES_KINDS` with a non-empty delta; every other event
+(`response.created`, `response.in_progress`, `*.added`, `*.done`, ...) is framing.
+
+Usage: input = `prompt_tokens` / `input_tokens` (OpenAI counts include cached tokens), cached =
+`prompt_tokens_details.cached_tokens` / `input_tokens_details.cached_tokens`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .stream import (CONTENT, REASONING, TOOL, SDK, Endpoint, Tracked, build_request_hook,
+                     field, provider_name, request_hook, start_hook, stream_hook)
+
+
+# --- Chat Completions -----------------------------------------------------------------------------
+def chat_classify(chunk: Any, tr: Tracked) -> str | None:
+    choices = chunk.choices
+    if choices:
+        delta = getattr(choices[0], "delta", None)
+        if delta is not None and delta.content:
+            return CONTENT
+        return _chat_other(choices)
+    return None  # usage-only chunk
+
+
+def _chat_other(choices: Any) -> str | None:
+    """Every case but the common one (text in the first choice): tools, reasoning, n > 1."""
+    found = None
+    for choice in choices:
+        delta = getattr(choice, "delta", None)
+        if delta is None:
+            continue
+        if delta.content or getattr(delta, "refusal", None):
+            return CONTENT
+        for call in getattr(delta, "tool_calls", None) or ():
+            function = getattr(call, "function", None)
+            if function is not None and getattr(function, "arguments", None):
+                return TOOL
+        function = getattr(delta, "function_call", None)
+        if function is not None and getattr(function, "arguments", None):
+            return TOOL
+        audio = getattr(delta, "audio", None)
+        if audio is not None and getattr(audio, "transcript", None):
+            return CONTENT
+        extra = getattr(delta, "__pydantic_extra__", None)
+        if extra and (extra.get("reasoning_content") or extra.get("reasoning")):
+            found = REASONING
+    return found
+
+
+def chat_usage(obj: Any, tr: Tracked) -> None:
+    """Usage and model of a ChatCompletion, the last chunk of a stream, or a JSON body."""
+    usage = field(obj, "usage")
+    tr.call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),
+                  cached=field(usage, "prompt_tokens_details", "cached_tokens"),
+                  model=field(obj, "model"))
+
+
+# --- Responses ------------------------------------------------------------------------------------
+RESPONSES_KINDS = {
+    "response.output_text.delta": CONTENT,
+    "response.refusal.delta": CONTENT,
+    "response.audio.transcript.delta": CONTENT,
+    "response.function_call_arguments.delta": TOOL,
+    "response.custom_tool_call_input.delta": TOOL,
+    "response.mcp_call_arguments.delta": TOOL,
+    "response.code_interpreter_call_code.delta": TOOL,
+    "response.shell_call_command.delta": TOOL,
+    "response.reasoning_summary_text.delta": REASONING,
+    "response.reasoning_text.delta": REASONING,
+}
+
+
+def responses_classify(event: Any, tr: Tracked) -> str | None:
+    kind = RESPONSES_KINDS.get(event.type)
+    if kind is not None and getattr(event, "delta", None):
+        return kind
+    return None
+
+
+def responses_final(last: Any, tr: Tracked) -> None:
+    """`response.completed` (or `.incomplete` / `.failed`) carries the final response."""
+    response = field(last, "response")
+    if response is not None:
+        responses_usage(response, tr)
+
+
+def responses_usage(obj: Any, tr: Tracked) -> None:
+    usage = field(obj, "usage")
+    tr.call.usage(input=field(usage, "input_tokens"), output=field(usage, "output_tokens"),
+                  cached=field(usage, "input_tokens_details", "cached_tokens"),
+                  model=field(obj, "model"))
+
+
+ENDPOINTS = {
+    "/chat/completions": Endpoint(chat_classify, chat_usage, chat_usage),
+    "/responses": Endpoint(responses_classify, responses_final, responses_usage),
+}
+
+_providers: dict[tuple[type, str], str] = {}
+
+
+def provider(client: Any) -> str:
+    """azure for the Azure clients, else from the base URL host (api.openai.com -> openai)."""
+    try:
+        host = client.base_url.host
+    except Exception:
+        host = ""
+    key = (type(client), host)
+    name = _providers.get(key)
+    if name is None:
+        if "azure" in type(client).__name__.lower():
+            name = "azure"
+        else:
+            name = provider_name(host, "openai")
+        if len(_providers) < 1024:
+            _providers[key] = name
+    return name
+
+
+SDK_SPEC = SDK("openai", ENDPOINTS, provider)
+
+
+def targets() -> list[tuple[type, str, Any]]:
+    """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
+    from openai import _base_client, _streaming
+    from openai.resources.chat.completions import completions
+    from openai.resources.responses import responses
+
+    out: list[tuple[type, str, Any]] = [
+        (_base_client.SyncAPIClient, "request",
+         lambda f: request_hook(f, SDK_SPEC, is_async=False)),
+        (_base_client.AsyncAPIClient, "request",
+         lambda f: request_hook(f, SDK_SPEC, is_async=True)),
+        (_base_client.BaseClient, "_build_request", build_request_hook),
+        (_streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
+        (_streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
+    ]
+    for sync_cls, async_cls in ((completions.Completions, completions.AsyncCompletions),
+                                (responses.Responses, responses.AsyncResponses)):
+        for method in ("create", "parse"):
+            out.append((sync_cls, method, lambda f: start_hook(f, is_async=False)))
+            out.append((async_cls, method, lambda f: start_hook(f, is_async=True)))
+    return out

@@ -1,0 +1,535 @@
+"""One SDK call from entry to end: the per-call state, the stream wrappers, the SDK hooks.
+
+The SDK patches (openai.py, anthropic.py) are thin: they say which endpoints are LLM calls, how
+to classify a stream event and where the usage is. Everything else lives here, once:
+
+* `start_hook` wraps a resource method (`chat.completions.create`, `messages.create`, ...) and
+  only stamps `start` (SDK method entered) into a ContextVar cell.
+* `request_hook` wraps the SDK client's `request()`, the one method every API call of the SDK
+  goes through (stream helpers, `with_raw_response`, `with_streaming_response` included). For an
+  LLM endpoint it creates a `manual.Call` (so there is one recording path) held by a `Tracked`,
+  and makes that `Tracked` current while the SDK builds and sends the request.
+* `build_request_hook` wraps the SDK's `_build_request()`: the request of a current `Tracked`
+  gets the `Tracked` itself as its httpx `trace` extension (httpx_trace.py), which stamps
+  dispatched / connected / sent / headers and sees the response being closed. The user's
+  `http_client` is never replaced.
+* `stream_hook` wraps `Stream.__stream__` / `AsyncStream.__stream__`: the generator the SDK's
+  stream object iterates is wrapped by `sync_tokens` / `async_tokens`, which stamp each event
+  and pass the very same object on. The stream object keeps its type, its `with` protocol and
+  its methods; only its private iterator is ours.
+
+A call ends exactly once (`Tracked.end`): when its stream is exhausted (ok), raises (the
+exception is re-raised untouched; it only sets the outcome), is closed before its end or
+garbage-collected (abandoned), or when `request()` raises or returns a non-stream result. Nothing
+here raises into the caller: an internal failure is a counted drop
+(`ttft_exporter_dropped_total{reason="internal_error"}`).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import weakref
+from collections import deque
+from contextvars import ContextVar
+from time import perf_counter_ns
+from typing import Any, Callable
+
+from .. import names, runtime
+from . import httpx_trace
+from .manual import Call
+
+CONTENT, REASONING, TOOL = names.CONTENT, names.REASONING, names.TOOL
+
+#: Stamp of the resource method's entry, consumed by the `request()` it leads to.
+_START: ContextVar[list | None] = ContextVar("ttft_exporter_start", default=None)
+#: The call whose request the SDK is building and sending right now.
+_CURRENT: ContextVar["Tracked | None"] = ContextVar("ttft_exporter_current", default=None)
+#: Set by `uninstrument()`: hooks still installed (e.g. under a later patch) pass through.
+enabled = [False]
+
+# Call states.
+_REQUESTING, _STREAMING, _DONE = 0, 1, 2
+
+
+def count_drop() -> None:
+    """One internal failure: counted, never raised."""
+    try:
+        runtime.state().recorder.drops[names.DROP_INTERNAL] += 1
+    except Exception:  # pragma: no cover - the recorder itself is broken
+        pass
+
+
+# --- finishing, safely ----------------------------------------------------------------------------
+# A call may end inside a garbage-collector finaliser (an abandoned stream), which can run on
+# any thread at any allocation, including one made while this thread holds the recorder's
+# (non-reentrant) lock. Recording then would deadlock, so such a call is queued and recorded
+# by the next call that starts or ends.
+_deferred: deque[tuple[Call, BaseException | None, int]] = deque()
+
+
+def _finish(call: Call, exc: BaseException | None, end: int) -> None:
+    try:
+        lock = getattr(call._recorder, "_lock", None)
+        if lock is not None and lock.locked():
+            _deferred.append((call, exc, end))
+            return
+        call.finish(exc, end=end)
+        if _deferred:
+            drain()
+    except Exception:
+        count_drop()
+
+
+def drain() -> None:
+    """Record the calls that ended where recording was not safe."""
+    while _deferred:
+        try:
+            call, exc, end = _deferred.popleft()
+        except IndexError:
+            return
+        try:
+            call.finish(exc, end=end)
+        except Exception:
+            count_drop()
+
+
+# --- the per-call state ------------------------------------------------------------------------
+class Endpoint:
+    """What an SDK patch says about one LLM endpoint (one URL path)."""
+
+    __slots__ = ("classify", "final", "body_usage")
+
+    def __init__(self, classify: Callable[[Any, "Tracked"], str | None],
+                 final: Callable[[Any, "Tracked"], None],
+                 body_usage: Callable[[Any, "Tracked"], None]):
+        #: classify(event, tracked) -> token kind or None (framing); may note usage/model.
+        self.classify = classify
+        #: final(last_event, tracked): usage and model from the stream's last event.
+        self.final = final
+        #: body_usage(parsed_or_json_body, tracked): usage and model of a non-stream response.
+        self.body_usage = body_usage
+
+
+class Tracked:
+    """One measured SDK call. Also the httpx `trace` extension of its requests (sync flavour)."""
+
+    __slots__ = ("call", "timeline", "endpoint", "state", "claimed", "gen", "finalizer",
+                 "usage", "__weakref__")
+
+    def __init__(self, call: Call, endpoint: Endpoint):
+        self.call = call
+        self.timeline = call.timeline
+        self.endpoint = endpoint
+        self.state = _REQUESTING
+        self.claimed = False
+        self.gen: weakref.ref | None = None  # our stream wrapper, to tell if it is running
+        self.finalizer: weakref.finalize | None = None
+        self.usage: dict[str, Any] | None = None  # scratch for SDKs that spread usage
+
+    # httpx trace extension (httpcore / httpcore2 call it with each connection event).
+    def __call__(self, name: str, info: dict) -> None:
+        self.on_trace(name)
+
+    def on_trace(self, name: str) -> None:
+        try:
+            if httpx_trace.stamp(self.timeline, name) and self.state == _STREAMING:
+                self._closed()
+        except Exception:
+            count_drop()
+
+    def _closed(self) -> None:
+        """The response was closed. Mid-iteration it is the SDK ending its own stream (the
+        wrapper ends the call); otherwise the caller closed it before its end."""
+        ref = self.gen
+        gen = ref() if ref is not None else None
+        if gen is not None and (getattr(gen, "gi_running", False)
+                                or getattr(gen, "ag_running", False)):
+            return
+        self.end(None, abandoned=True)
+
+    # lifecycle
+    def attach_build(self, request: Any) -> None:
+        """A request (first attempt or a retry) of this call was built."""
+        t = self.timeline
+        t.dispatched = t.connected = t.sent = t.headers = None
+        httpx_trace.attach(request, self)
+
+    def claim(self) -> bool:
+        """True once: the first stream iterator built over this call's response is ours."""
+        if self.claimed or self.state == _DONE:
+            return False
+        self.claimed = True
+        return True
+
+    def failed(self, exc: BaseException) -> None:
+        """`request()` raised (HTTP status, connection error, timeout, cancellation)."""
+        self.end(exc)
+
+    def returned(self, result: Any, stream: bool) -> None:
+        """`request()` returned `result`: a stream to follow, or a complete response."""
+        try:
+            now = perf_counter_ns()
+            if self.state == _DONE:
+                return
+            t = self.timeline
+            if stream:
+                if t.headers is None:
+                    # No trace events (a transport that is not httpcore): the headers were read
+                    # by the time a stream is handed back.
+                    t.headers = now
+                self.state = _STREAMING
+                anchor = getattr(result, "response", None) or getattr(result, "http_response",
+                                                                      None)
+                if anchor is not None:
+                    self.finalizer = weakref.finalize(anchor, _collected, self)
+                return
+            # Not streamed. The first token reaches the caller when the body is parsed, which
+            # is now; the server and prefill phases do not exist apart (DESIGN §4 phases need a
+            # stream), so the headers stamp is dropped and only the network phases remain.
+            t.headers = None
+            raw = getattr(result, "http_response", None)
+            if raw is None:
+                self.endpoint.body_usage(result, self)
+                t.first_token = t.first_answer_token = now
+            elif raw.is_closed:  # with_raw_response: the body is read, not yet parsed
+                try:
+                    self.endpoint.body_usage(raw.json(), self)
+                except Exception:
+                    pass
+                t.first_token = t.first_answer_token = now
+            # else with_streaming_response: the body is read later by the caller; no TTFT.
+            self.end(None, at=now)
+        except Exception:
+            count_drop()
+            self.end(None)
+
+    def end(self, exc: BaseException | None, abandoned: bool = False,
+            at: int | None = None) -> None:
+        """End the call once, however it ended. Never raises."""
+        if self.state == _DONE:
+            return
+        self.state = _DONE
+        now = perf_counter_ns() if at is None else at
+        try:
+            if abandoned:
+                self.call.abandon()
+            fin = self.finalizer
+            if fin is not None:
+                self.finalizer = None
+                fin.detach()
+        except Exception:
+            count_drop()
+        _finish(self.call, exc, now)
+
+    def finish_stream(self, last: Any) -> None:
+        """The stream was read to its end."""
+        try:
+            if last is not None:
+                self.endpoint.final(last, self)
+        except Exception:
+            count_drop()
+        self.end(None)
+
+    def wrap(self, inner: Any, is_async: bool) -> Any:
+        gen = async_tokens(inner, self) if is_async else sync_tokens(inner, self)
+        self.gen = weakref.ref(gen)
+        return gen
+
+
+class AsyncTracked(Tracked):
+    """The async flavour: httpcore awaits what the trace extension returns."""
+
+    __slots__ = ()
+
+    async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
+        self.on_trace(name)
+
+
+def _collected(tracked: Tracked) -> None:
+    """The response was garbage-collected before the call ended (never read, never closed)."""
+    tracked.finalizer = None
+    tracked.end(None, abandoned=True)
+
+
+# --- the stream wrappers (the per-chunk path) ---------------------------------------------------
+def sync_tokens(inner: Any, tr: Tracked) -> Any:
+    """Yield every event of `inner` unchanged; stamp token events (DESIGN §4)."""
+    t = tr.timeline
+    append = t.token_times.append
+    classify = tr.endpoint.classify
+    answer = False
+    last = None
+    try:
+        for chunk in inner:
+            now = perf_counter_ns()
+            try:
+                if last is None:
+                    t.first_byte = now
+                last = chunk
+                kind = classify(chunk, tr)
+                if kind is not None:
+                    append(now)
+                    if kind is REASONING:
+                        t.reasoning_events += 1
+                        if t.first_token is None:
+                            t.first_token = now
+                    elif not answer:
+                        answer = True
+                        t.first_answer_token = now
+                        if t.first_token is None:
+                            t.first_token = now
+            except Exception:
+                count_drop()
+                classify = _framing
+            yield chunk
+    except GeneratorExit:  # closed or garbage-collected before its end
+        tr.end(None, abandoned=True)
+        raise
+    except BaseException as exc:
+        tr.end(exc)
+        raise
+    tr.finish_stream(last)
+
+
+async def async_tokens(inner: Any, tr: Tracked) -> Any:
+    """The async twin of `sync_tokens`."""
+    t = tr.timeline
+    append = t.token_times.append
+    classify = tr.endpoint.classify
+    answer = False
+    last = None
+    try:
+        async for chunk in inner:
+            now = perf_counter_ns()
+            try:
+                if last is None:
+                    t.first_byte = now
+                last = chunk
+                kind = classify(chunk, tr)
+                if kind is not None:
+                    append(now)
+                    if kind is REASONING:
+                        t.reasoning_events += 1
+                        if t.first_token is None:
+                            t.first_token = now
+                    elif not answer:
+                        answer = True
+                        t.first_answer_token = now
+                        if t.first_token is None:
+                            t.first_token = now
+            except Exception:
+                count_drop()
+                classify = _framing
+            yield chunk
+    except GeneratorExit:
+        tr.end(None, abandoned=True)
+        raise
+    except BaseException as exc:
+        tr.end(exc)
+        raise
+    tr.finish_stream(last)
+
+
+def _framing(chunk: Any, tr: Tracked) -> None:
+    return None
+
+
+# --- the SDK hooks --------------------------------------------------------------------------------
+class SDK:
+    """What an SDK patch provides to the generic hooks."""
+
+    def __init__(self, name: str, endpoints: dict[str, Endpoint],
+                 provider: Callable[[Any], str]):
+        self.name = name
+        self.endpoints = endpoints
+        self.provider = provider
+
+
+def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> Tracked | None:
+    if _deferred:
+        drain()
+    endpoint = sdk.endpoints.get(getattr(options, "url", None))
+    if endpoint is None or str(getattr(options, "method", "")).lower() != "post":
+        return None
+    body = getattr(options, "json_data", None)
+    model = body.get("model") if isinstance(body, dict) else None
+    call = Call(model if isinstance(model, str) and model else names.UNKNOWN,
+                sdk.provider(client), None, None)
+    cell = _START.get()
+    if cell is not None and cell[0] is not None:
+        if cell[0] <= call.timeline.start:
+            call.timeline.start = cell[0]
+        cell[0] = None  # one method entry, one call
+    return (AsyncTracked if is_async else Tracked)(call, endpoint)
+
+
+def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
+    """Wrap `SyncAPIClient.request` / `AsyncAPIClient.request`."""
+    if is_async:
+        @functools.wraps(original)
+        async def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any
+                          ) -> Any:
+            tracked = None
+            if enabled[0]:
+                try:
+                    tracked = _begin(sdk, self, options, True)
+                except Exception:
+                    count_drop()
+            if tracked is None:
+                return await original(self, cast_to, options, *args, **kwargs)
+            token = _CURRENT.set(tracked)
+            try:
+                result = await original(self, cast_to, options, *args, **kwargs)
+            except BaseException as exc:
+                tracked.failed(exc)
+                raise
+            finally:
+                _CURRENT.reset(token)
+            tracked.returned(result, bool(kwargs.get("stream")))
+            return result
+        return request
+
+    @functools.wraps(original)
+    def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+        tracked = None
+        if enabled[0]:
+            try:
+                tracked = _begin(sdk, self, options, False)
+            except Exception:
+                count_drop()
+        if tracked is None:
+            return original(self, cast_to, options, *args, **kwargs)
+        token = _CURRENT.set(tracked)
+        try:
+            result = original(self, cast_to, options, *args, **kwargs)
+        except BaseException as exc:
+            tracked.failed(exc)
+            raise
+        finally:
+            _CURRENT.reset(token)
+        tracked.returned(result, bool(kwargs.get("stream")))
+        return result
+    return request
+
+
+def build_request_hook(original: Callable) -> Callable:
+    """Wrap `BaseClient._build_request`: attach the current call as the trace extension."""
+    @functools.wraps(original)
+    def _build_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        request = original(self, *args, **kwargs)
+        tracked = _CURRENT.get()
+        if tracked is not None:
+            try:
+                tracked.attach_build(request)
+            except Exception:
+                count_drop()
+        return request
+    return _build_request
+
+
+def stream_hook(original: Callable, is_async: bool) -> Callable:
+    """Wrap `Stream.__stream__` / `AsyncStream.__stream__` (a generator function)."""
+    @functools.wraps(original)
+    def __stream__(self: Any) -> Any:
+        inner = original(self)
+        try:
+            tracked = httpx_trace.tracked_of(getattr(self, "response", None), Tracked)
+            if tracked is None:
+                tracked = _CURRENT.get()
+            if tracked is not None and tracked.claim():
+                return tracked.wrap(inner, is_async)
+        except Exception:
+            count_drop()
+        return inner
+    return __stream__
+
+
+def start_hook(original: Callable, is_async: bool) -> Callable:
+    """Wrap a resource method: stamp `start` when the SDK method is entered."""
+    if is_async:
+        @functools.wraps(original)
+        async def method(*args: Any, **kwargs: Any) -> Any:
+            token = _START.set([perf_counter_ns()])
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                _START.reset(token)
+        return method
+
+    @functools.wraps(original)
+    def method(*args: Any, **kwargs: Any) -> Any:
+        token = _START.set([perf_counter_ns()])
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _START.reset(token)
+    return method
+
+
+# --- usage helpers shared by the SDK patches ----------------------------------------------------
+def field(obj: Any, *path: str) -> Any:
+    """obj.a.b (pydantic objects) or obj["a"]["b"] (JSON bodies); None when absent."""
+    for name in path:
+        if obj is None:
+            return None
+        obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    return obj
+
+
+# --- provider names -----------------------------------------------------------------------------
+_KNOWN_HOSTS = {
+    "api.openai.com": "openai", "api.anthropic.com": "anthropic",
+    "api.deepseek.com": "deepseek", "api.groq.com": "groq", "api.together.xyz": "together",
+    "api.together.ai": "together", "api.fireworks.ai": "fireworks",
+    "openrouter.ai": "openrouter", "api.mistral.ai": "mistral", "api.x.ai": "xai",
+    "generativelanguage.googleapis.com": "google", "api.perplexity.ai": "perplexity",
+    "api.cerebras.ai": "cerebras", "integrate.api.nvidia.com": "nvidia",
+    "api.deepinfra.com": "deepinfra", "router.huggingface.co": "huggingface",
+}
+_SUFFIXES = ((".azure.com", "azure"), (".azure-api.net", "azure"),
+             (".amazonaws.com", "bedrock"), ("aiplatform.googleapis.com", "vertex"))
+_SERVERS = ("vllm", "sglang", "ollama", "llamacpp", "llama-cpp", "lmstudio", "litellm", "tgi",
+            "triton", "localai")
+_INTERNAL_TLDS = frozenset({"local", "internal", "lan", "localdomain", "corp", "home", "intranet",
+                            "cluster", "svc", "test", "localhost"})
+_SECOND_LEVEL = frozenset({"co", "com", "net", "org", "ac", "gov", "edu"})
+_NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
+
+
+def provider_name(host: str | None, default: str) -> str:
+    """A short provider name from the base URL host: never a URL, never a port.
+
+    Known API hosts map to their provider; hosts naming a serving engine (vllm, sglang, ...)
+    to that engine; loopback to "local"; other IP addresses to "ip"; internal DNS names
+    (`*.svc.cluster.local`, single labels) to their first label, the service; public names to
+    their registrable label (`llm.example.com` -> "example").
+    """
+    if not host:
+        return default
+    host = host.lower().strip("[]").rstrip(".")
+    if host in _KNOWN_HOSTS:
+        return _KNOWN_HOSTS[host]
+    for suffix, name in _SUFFIXES:
+        if host.endswith(suffix):
+            return name
+    for server in _SERVERS:
+        if server in host:
+            return server.replace("-", "")
+    if host == "localhost":
+        return "local"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return "local" if address.is_loopback else "ip"
+    labels = host.split(".")
+    if len(labels) == 1 or labels[-1] in _INTERNAL_TLDS or "svc" in labels:
+        pick = labels[0]
+    elif len(labels) >= 3 and labels[-2] in _SECOND_LEVEL:
+        pick = labels[-3]
+    else:
+        pick = labels[-2]
+    return _NOT_LABEL.sub("-", pick)[:32].strip("-") or default
