@@ -176,3 +176,214 @@ def test_burn_rate_panel_thresholds_are_the_page_factors() -> None:
     burn = next(p for p in panels(board) if p["title"] == "TTFT error budget burn rate")
     steps = [s["value"] for s in burn["fieldConfig"]["defaults"]["thresholds"]["steps"][1:]]
     assert steps == sorted(p.factor for p in alerts.PAGE_BURN)
+
+
+# --- end to end: demo provider + exporter + a real Prometheus on the generated rules -------------
+
+#: Short windows (5m -> 5s, 1h -> 60s), a 20s tenant baseline, a 30s "last week", and few
+#: tenants per model and route so the long tail folds into __other__.
+E2E_CONFIG = {
+    "labels": {"max_tenants": 4},
+    "alerting": {"window_scale": 1 / 60, "tenant_baseline_offset_seconds": 1200,
+                 "regression_offset_seconds": 1800},
+}
+SCRAPE = """
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: {job}
+    static_configs:
+      - targets: ["{target}"]
+"""
+NOISY_MODEL, NOISY_ROUTE = "llama-3-8b", "chat"
+QUIET_TENANTS = tuple(f"t{i}" for i in range(1, 7))
+
+
+class Traffic:
+    """Calls through the manual API against the demo provider, on a background event loop.
+
+    Six quiet tenants share one model and route; `burst()` starts the demo's noisy tenant,
+    whose huge prompts pause the model's batch (the demo's noisy-neighbour failure). A
+    reasoning model gives the reasoning phase, and a few calls time out or are cancelled.
+    aiohttp's tracing stamps the connection phases.
+    """
+
+    def __init__(self, base_url: str):
+        import asyncio
+        import threading
+
+        self.url = base_url + "/v1/chat/completions"
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_until_complete,
+                                        args=(self._main(),), name="e2e-traffic", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+
+    def burst(self) -> None:
+        self._loop.call_soon_threadsafe(self._noisy.set)
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+
+    async def _main(self) -> None:
+        import asyncio
+        import contextvars
+
+        import aiohttp
+
+        self._noisy, self._stop = asyncio.Event(), asyncio.Event()
+        self._current: contextvars.ContextVar[Any] = contextvars.ContextVar("e2e_call")
+        self._tasks: set[asyncio.Task[None]] = set()
+        async with aiohttp.ClientSession(trace_configs=[self._tracing()]) as session:
+            loops = [self._every(0.5, session, NOISY_MODEL, NOISY_ROUTE, t, 600)
+                     for t in QUIET_TENANTS]
+            loops += [self._every(1.0, session, "deepseek-r1", "search", "t1", 3000),
+                      self._every(0.5, session, NOISY_MODEL, NOISY_ROUTE, "tenant-noisy", 600,
+                                  gate=self._noisy),
+                      self._every(1.0, session, NOISY_MODEL, "search", "t2", 3000, limit=0.001),
+                      self._every(1.0, session, NOISY_MODEL, "search", "t3", 3000, cancel=0.05)]
+            runners = [asyncio.create_task(loop) for loop in loops]
+            self._started.set()
+            await self._stop.wait()
+            for task in (*runners, *self._tasks):
+                task.cancel()
+            await asyncio.gather(*runners, *self._tasks, return_exceptions=True)
+
+    async def _every(self, period: float, session: Any, model: str, route: str, tenant: str,
+                     tokens: int, gate: Any = None, limit: float | None = None,
+                     cancel: float | None = None) -> None:
+        import asyncio
+
+        if gate is not None:
+            await gate.wait()
+        while True:
+            task = asyncio.create_task(self._call(session, model, route, tenant, tokens, limit))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            if cancel is not None:
+                self._loop.call_later(cancel, task.cancel)
+            await asyncio.sleep(period)
+
+    async def _call(self, session: Any, model: str, route: str, tenant: str, tokens: int,
+                    limit: float | None) -> None:
+        import asyncio
+
+        import aiohttp
+
+        import exporter
+        from exporter.demo.loadgen import stream_chat
+        from exporter.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER
+
+        body = {"model": model, "stream": True, "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": f"{route} request"}]}
+        headers = {TENANT_HEADER: tenant, INPUT_TOKENS_HEADER: str(tokens)}
+        try:
+            with exporter.labels(route=route, tenant=tenant):
+                with exporter.track(model=model, provider="demo") as call:
+                    self._current.set(call)
+                    await asyncio.wait_for(stream_chat(session, self.url, body, headers, call),
+                                           limit)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            pass  # the outcome is recorded; timeouts are on purpose
+
+    def _tracing(self) -> Any:
+        """Stamp dispatched/connected/sent on the call running in the current context."""
+        import aiohttp
+
+        def stamp(*marks: str) -> Any:
+            async def hook(*_: Any) -> None:
+                call = self._current.get(None)
+                for mark in marks:
+                    getattr(call, mark)()
+            return hook
+
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_start.append(stamp("dispatched"))
+        trace.on_connection_create_end.append(stamp("connected"))
+        trace.on_connection_reuseconn.append(stamp("dispatched", "connected"))
+        trace.on_request_chunk_sent.append(stamp("sent"))
+        return trace
+
+
+def test_end_to_end_every_query_and_rule_has_data_and_the_noisy_neighbour_alerts(
+        tmp_path: Path) -> None:
+    """The demo provider, the exporter, and a real Prometheus loading the generated rules
+    (1 s intervals, short windows): every dashboard query, variable and recording rule returns
+    data, no rule fails, and the noisy tenant's burst makes the many-tenants alert fire."""
+    require_prometheus()
+    from dataclasses import replace
+
+    from exporter import names, runtime, start_http_server
+    from exporter.demo.latency import LatencyModel
+    from exporter.demo.provider import ProviderServer
+    from exporter.generate import generate
+
+    cfg = config.load(E2E_CONFIG)
+    runtime.configure(cfg)
+    generate(cfg, tmp_path)
+    rules = [tmp_path / "alerts" / name for name in ("recording_rules.yaml",
+                                                     "alerting_rules.yaml")]
+    # Every request of the noisy tenant is a 40k-token document: 0.8 s of prefill that holds
+    # every stream of the model (the demo's batch_block_tokens is 32k).
+    noisy = replace(LatencyModel.default(), noisy_probability=1.0, noisy_input_tokens=40_000)
+    n = alerts.Names.of(cfg.alerting)
+    where = f'model="{NOISY_MODEL}", route="{NOISY_ROUTE}"'
+    with ProviderServer(noisy) as provider:
+        server = start_http_server(port=0)
+        traffic = Traffic(provider.base_url)
+        try:
+            target = server.url.split("//", 1)[1].split("/", 1)[0]
+            scrape = SCRAPE.format(job=cfg.alerting.exporter_job, target=target)
+            with PrometheusServer(scrape, rule_files=rules) as prom:
+                prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
+                # A calm baseline 20 s back for at least 3 tenants, then the burst.
+                prom.wait_for(f"count({n.tenant_p99_baseline}{{{where}}}) >= 3", timeout=60)
+                assert not _matching(prom, "LLMTTFTManyTenantsDegraded", NOISY_MODEL)
+                traffic.burst()
+                prom.wait_for(f"{n.tenants_degraded_ratio}{{{where}}} >= 0.5", timeout=30)
+                alert = _wait_for_alert(prom, "LLMTTFTManyTenantsDegraded", NOISY_MODEL)
+                assert alert["labels"]["route"] == NOISY_ROUTE
+                assert alert["state"] in ("pending", "firing")
+
+                for uid in UIDS:
+                    board = load_generated(tmp_path, uid)
+                    for panel in panels(board):
+                        for target_ in panel["targets"]:
+                            prom.wait_for(grafana_expr(target_["expr"]), timeout=20)
+                    for var in board["templating"]["list"][1:]:
+                        selector = var["definition"].removeprefix("label_values(")
+                        selector = grafana_expr(selector.rsplit(",", 1)[0])
+                        assert prom.label_values(var["name"], selector), var["name"]
+                for record in sorted(recorded_names(cfg)):
+                    prom.wait_for(record, timeout=30)
+                broken = [(r["name"], r.get("lastError")) for g in prom.rules()
+                          for r in g["rules"] if r["health"] == "err"]
+                assert not broken
+                assert prom.query(f'{names.REQUESTS_TOTAL}{{outcome="cancelled"}}')
+        finally:
+            traffic.stop()
+            server.stop()
+
+
+def load_generated(out: Path, uid: str) -> dict[str, Any]:
+    return json.loads((out / "dashboards" / f"{uid}.json").read_text(encoding="utf-8"))
+
+
+def _matching(prom: PrometheusServer, name: str, model: str) -> list[dict[str, Any]]:
+    return [a for a in prom.alerts()
+            if a["labels"]["alertname"] == name and a["labels"].get("model") == model]
+
+
+def _wait_for_alert(prom: PrometheusServer, name: str, model: str,
+                    timeout: float = 30.0) -> dict[str, Any]:
+    """The first pending or firing `name` alert of `model` (polled: rules run every second)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (found := _matching(prom, name, model)):
+        assert time.monotonic() < deadline, f"{name} of {model} neither pending nor firing"
+        time.sleep(0.5)
+    return found[0]
