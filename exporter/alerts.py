@@ -155,10 +155,11 @@ def _claim(expr: str, scope: Scope, presence_metric: str, window: str) -> str:
     unless = "\n".join(
         f"unless on ({by(MODEL_ROUTE)}) present_over_time({selector(presence_metric, m)}[{window}])"
         for m in scope.excluded)
-    return f"(\n{_indent(expr)}\n)\n{unless}"
+    return f"(\n{indent(expr)}\n)\n{unless}"
 
 
-def _indent(text: str) -> str:
+def indent(text: str) -> str:
+    """Indent every line by two spaces (nested PromQL stays readable in YAML and JSON)."""
     return "\n".join("  " + line for line in text.splitlines())
 
 
@@ -184,7 +185,7 @@ def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str], good: 
                            [regex(names.OUTCOME, "|".join(ERROR_OUTCOMES)), *m])
         bad = f"sum by ({by(MODEL_ROUTE)}) (rate({bad_sel}[{window}]))"
         ratio = f"(\n  {bad}\n  or 0 * {total}\n)\n/ {total}"
-        expr = f"1 - (\n{_indent(ratio)}\n)" if good else ratio
+        expr = f"1 - (\n{indent(ratio)}\n)" if good else ratio
         return _claim(expr, scope, names.REQUESTS_TOTAL, window)
     family = LATENCY_SLIS[sli]
     objective = getattr(scope.slo, sli)
@@ -192,7 +193,7 @@ def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str], good: 
     met = f"sum by ({by(MODEL_ROUTE)}) (rate({good_sel}[{window}]))"
     total = f"sum by ({by(MODEL_ROUTE)}) (rate({selector(family.name + '_count', m)}[{window}]))"
     ratio = f"{met}\n/ {total}"
-    expr = ratio if good else f"1 - (\n{_indent(ratio)}\n)"
+    expr = ratio if good else f"1 - (\n{indent(ratio)}\n)"
     return _claim(expr, scope, family.name + "_count", window)
 
 
@@ -393,7 +394,7 @@ def _timeout_alert(scope: Scope, w: _Windows, config: Config) -> dict[str, Any]:
     limit = num(TIMEOUT_BURN.factor * budget)
 
     def over(window: int) -> str:
-        return f"(\n{_indent(outcome_ratio(names.TIMEOUT, scope, w(window)))}\n) > {limit}"
+        return f"(\n{indent(outcome_ratio(names.TIMEOUT, scope, w(window)))}\n) > {limit}"
 
     return _alert(
         "LLMTimeoutRateHigh", TICKET,

@@ -18,7 +18,7 @@ import attr
 from grafanalib import core
 
 from . import alerts, names
-from .alerts import MODEL_ROUTE, by, eq, num, quantile, regex, selector
+from .alerts import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
 from .config import Config
 
 SCHEMA_VERSION = 39
@@ -175,7 +175,8 @@ class Dashboard(core.Dashboard):
 
 @dataclass(frozen=True)
 class Spec:
-    """What the four dashboards are: uid, title, file stem and purpose (dashboard description)."""
+    """One of the four dashboards: its uid (also the file stem), title and purpose (the
+    dashboard's description)."""
 
     uid: str
     title: str
@@ -239,10 +240,6 @@ def bargauge(title: str, description: str, expr: str, legend: str,
                     targets=_with_ref_ids([target(expr, legend, instant=True)]))
 
 
-def row(title: str) -> Row:
-    return Row(title=title)
-
-
 def layout(panels: Sequence[tuple[core.Panel, int]]) -> list[core.Panel]:
     """Place (panel, width) pairs left to right on Grafana's 24-column grid; a row starts a line."""
     out: list[core.Panel] = []
@@ -285,14 +282,14 @@ class _Queries:
     def attainment(self, sli: str, family: names.Family) -> str:
         """Share of calls that met objective `sli` over the selected range, per SLO scope."""
         ratios = (alerts.sli_good_ratio(sli, s, RANGE, self.vars(family)) for s in self.scopes)
-        return "\nor\n".join(f"(\n{_indent(ratio)}\n)" for ratio in ratios)
+        return "\nor\n".join(f"(\n{indent(ratio)}\n)" for ratio in ratios)
 
     def budget_left(self, sli: str, family: names.Family) -> str:
         """1 - (misses / allowed misses) over the selected range, per SLO scope."""
         parts = []
         for s in self.scopes:
             ratio = alerts.sli_error_ratio(sli, s, RANGE, self.vars(family))
-            parts.append(f"1 - (\n{_indent(ratio)}\n) / {num(1 - getattr(s.slo, sli).target)}")
+            parts.append(f"1 - (\n{indent(ratio)}\n) / {num(1 - getattr(s.slo, sli).target)}")
         return "\nor\n".join(parts)
 
     def burn(self, sli: str, window: int) -> str:
@@ -305,10 +302,6 @@ class _Queries:
                   legend: str) -> list[PromTarget]:
         return [target(quantile(q, family, labels, RATE, self.vars(family)),
                        f"p{num(q * 100)} {legend}") for q in qs]
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
 
 
 def _rate(metric: str, matchers: Sequence[str], window: str = RATE) -> str:
@@ -332,7 +325,7 @@ def overview(config: Config) -> list[core.Panel]:
     burn_steps = [step("green"), step("orange", alerts.PAGE_BURN[1].factor),
                   step("red", alerts.PAGE_BURN[0].factor)]
     return layout([
-        (row("Service level (selected time range)"), 24),
+        (Row(title="Service level (selected time range)"), 24),
         (stat("TTFT SLO attainment",
               f"Share of calls whose first token came within the TTFT threshold (default "
               f"{num(ttft_t)}s). {scope_note}",
@@ -357,7 +350,7 @@ def overview(config: Config) -> list[core.Panel]:
                     [target(q.burn("ttft", 3600), "1h " + MR_LEGEND),
                      target(q.burn("ttft", 21600), "6h " + MR_LEGEND)], "x",
                     thresholds=burn_steps), 24),
-        (row("Latency"), 24),
+        (Row(title="Latency"), 24),
         (timeseries("TTFT p50 / p90 / p99",
                     "Time from the SDK call to the first output token of any kind.",
                     q.quantiles(names.TTFT, MODEL_ROUTE, (0.5, 0.9, 0.99), MR_LEGEND), "s",
@@ -370,7 +363,7 @@ def overview(config: Config) -> list[core.Panel]:
         (heatmap("TTFT distribution",
                  "Calls per TTFT bucket and interval, from the exporter's classic buckets.",
                  names.TTFT, q.vars(names.TTFT)), 24),
-        (row("Traffic"), 24),
+        (Row(title="Traffic"), 24),
         (timeseries("Calls by outcome", "Calls per second that ended with each outcome.",
                     [target(_sum([names.OUTCOME], _rate(names.REQUESTS_TOTAL, q.vars())),
                             "{{outcome}}")], "reqps", stacked=True), 12),
@@ -392,7 +385,7 @@ def phases(config: Config) -> list[core.Panel]:
     uncached_mean = (f"(\n  {inputs}\n  - ({cached} or 0 * {inputs})\n)\n"
                      f"/ {_sum(MODEL_ROUTE, _rate(tok + '_count', mr))}")
     return layout([
-        (row("Phases of a call"), 24),
+        (Row(title="Phases of a call"), 24),
         (timeseries("Mean time per phase",
                     "Mean of each phase, stacked: queue (client-side waiting), connect (DNS, "
                     "TCP, TLS), send, server (until response headers), prefill (headers to "
@@ -403,11 +396,11 @@ def phases(config: Config) -> list[core.Panel]:
                     "phases stay flat means a route or region change.",
                     [target(quantile(0.99, fam, (*MODEL_ROUTE, names.PHASE), RATE,
                                      q.vars(fam)), "{{phase}} " + MR_LEGEND)], "s"), 12),
-        (row("Prompt size and prompt cache (all tenants)"), 24),
+        (Row(title="Prompt size and prompt cache (all tenants)"), 24),
         (timeseries("TTFT per 1k uncached input tokens",
                     "Mean TTFT divided by the mean uncached input tokens per call, × 1000. "
                     "Flat while TTFT grows: longer prompts (prefill). Rising: the provider.",
-                    [target(f"(\n{_indent(mean_ttft)}\n)\n/ (\n{_indent(uncached_mean)}\n)\n"
+                    [target(f"(\n{indent(mean_ttft)}\n)\n/ (\n{indent(uncached_mean)}\n)\n"
                             f"* 1000", MR_LEGEND)], "s"), 8),
         (timeseries("Cached share of input tokens",
                     "Input tokens served from the provider's prompt cache. A drop with "
@@ -433,7 +426,7 @@ def tenants(config: Config) -> list[core.Panel]:
                 f"{alerts.duration(al.tenant_baseline_offset_seconds)} earlier")
     slow = [step("green"), step("red", config.slos[0].ttft.threshold_seconds)]
     return layout([
-        (row("Right now"), 24),
+        (Row(title="Right now"), 24),
         (bargauge(f"Top {top} tenants by TTFT p99 (last {window})",
                   "Exact p99 over the exporter's sliding window (HDR), per tenant.",
                   f"topk({top}, max by ({by(tenant_by)}) "
@@ -453,7 +446,7 @@ def tenants(config: Config) -> list[core.Panel]:
                     [target(selector(n.tenants_degraded_ratio, q.mr()), MR_LEGEND)],
                     "percentunit",
                     thresholds=[step("green"), step("red", al.many_tenants_share)]), 8),
-        (row("Over time"), 24),
+        (Row(title="Over time"), 24),
         (timeseries("TTFT p99 by tenant",
                     "All tenants moving together points at the provider, one alone at the "
                     "tenant.",
@@ -464,7 +457,7 @@ def tenants(config: Config) -> list[core.Panel]:
                     "tenants of a model at once.",
                     [target(quantile(0.99, names.STALL, [names.TENANT], RATE,
                                      q.vars(names.STALL)), "{{tenant}}")], "s"), 12),
-        (row(f"Tenant folding into {names.OTHER_TENANT}"), 24),
+        (Row(title=f"Tenant folding into {names.OTHER_TENANT}"), 24),
         (timeseries("Calls folded per second",
                     f"Calls recorded under {names.OTHER_TENANT} because the model and route "
                     f"already hold labels.max_tenants ({config.labels.max_tenants}) tenants.",
@@ -487,7 +480,7 @@ def stream_health(config: Config) -> list[core.Panel]:
              f"sum({_rate(names.REQUESTS_TOTAL, q.vars())})")
     job = [eq("job", config.alerting.exporter_job)]
     return layout([
-        (row("Streaming"), 24),
+        (Row(title="Streaming"), 24),
         (timeseries("Inter-token latency p50 / p99",
                     "Each gap between consecutive token events after the first.",
                     q.quantiles(names.ITL, MODEL_ROUTE, (0.5, 0.99), MR_LEGEND), "s"), 8),
@@ -497,12 +490,12 @@ def stream_health(config: Config) -> list[core.Panel]:
         (timeseries("Time per output token p50 / p99",
                     "(last token - first token) / (output tokens - 1), per call.",
                     q.quantiles(names.TPOT, MODEL_ROUTE, (0.5, 0.99), MR_LEGEND), "s"), 8),
-        (row("Calls that did not finish"), 24),
+        (Row(title="Calls that did not finish"), 24),
         (timeseries("Abandoned, cancelled and timed-out calls",
                     "Share of all calls: abandoned (the consumer stopped reading), cancelled "
                     "(the caller cancelled), timeout (the client gave up).",
                     [target(share, "{{outcome}}")], "percentunit"), 24),
-        (row("Exporter"), 24),
+        (Row(title="Exporter"), 24),
         (stat("Exporter targets up", "Scrape targets of the exporter's job that answer.",
               f"sum({selector('up', job)})", "", "short", [step("red"), step("green", 1)]), 4),
         (stat("Series held", "Histogram series in the exporter, against labels.max_series.",
