@@ -19,7 +19,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from prometheus_client.utils import floatToGoString
 
 from . import names
-from .histogram import Histogram, quantiles_of
+from .histogram import Histogram, part_count, quantiles_of
 from .recorder import US_PER_SECOND, FamilyState, Recorder, Series
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -133,10 +133,10 @@ def window_quantiles(rec: Recorder, state: FamilyState, series: Series, current_
                      ) -> list[float] | None:
     """Exact HDR quantiles over the live window slices, or None when the window is empty."""
     slices = rec.window_slices(series, current_slice)
-    if not any(h.count for h in slices):
+    if not any(part_count(p) for p in slices):
         return None
     return [_seconds_or_tokens(state, v) for v in
-            quantiles_of(slices, rec.config.window.quantiles)]
+            quantiles_of(slices, rec.config.window.quantiles, state.layout)]
 
 
 def _window_help(rec: Recorder, fam: names.Family) -> str:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import add
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
 from hdrh.histogram import HdrHistogram
 
@@ -75,6 +75,14 @@ class Layout:
         bucket = max((index >> self.half_magnitude) - 1, 0)
         return self.lowest_equivalent(index) + (1 << bucket) - 1
 
+    def indices(self, values: Sequence[int]) -> list[int]:
+        """HDR indices of many values (clamped to `highest`): one tight comprehension."""
+        if max(values) > self.highest:
+            values = [min(v, self.highest) for v in values]
+        mask, shift, half_mag, half = self.mask, self.shift, self.half_magnitude, self.half_count
+        return [((b := (v | mask).bit_length() - shift) + 1 << half_mag) + (v >> b) - half
+                for v in values]
+
     @property
     def counts_len(self) -> int:
         """Length of HdrHistogram's full counts array for this layout (for conversion)."""
@@ -100,32 +108,31 @@ class Histogram:
         self.record_many((value,))
 
     def record_many(self, values: Sequence[int]) -> None:
-        """Record values >= 0 (the recorder's batches): one tight loop, layout in locals."""
-        if not values:
-            return
-        layout = self.layout
-        highest, mask, shift = layout.highest, layout.mask, layout.shift
-        half_mag, half, straddles = layout.half_magnitude, layout.half_count, layout.straddles
+        """Record values >= 0 (values above `layout.highest` land in the top bucket)."""
+        if values:
+            self.record_indexed(self.layout.indices(values), values)
+
+    def record_indexed(self, indices: Sequence[int], values: Sequence[int]) -> None:
+        """Record values whose `layout.indices()` are known (one computation, many histograms)."""
+        low, high = min(indices), max(indices)
+        if low < self._lo or high >= self._lo + len(self._counts):
+            self._grow(low)
+            self._grow(high)
+        if self.count + len(indices) > 0xFFFFFFFF and self._counts.typecode == "I":
+            self._widen()  # no bucket can exceed the total count: widen before any overflow
         counts, lo = self._counts, self._lo
-        n = len(counts)
-        for value in values:
-            v = value if value <= highest else highest
-            b = (v | mask).bit_length() - shift
-            i = ((b + 1) << half_mag) + (v >> b) - half
-            j = i - lo
-            if not 0 <= j < n:
-                self._grow(i)
-                counts, lo = self._counts, self._lo
-                n = len(counts)
-                j = i - lo
-            try:
-                counts[j] += 1
-            except OverflowError:
-                self._widen()
-                counts = self._counts
-                counts[j] += 1
-            if i in straddles:
-                self._note_straddle(i, v)
+        for i in indices:
+            counts[i - lo] += 1
+        straddles = self.layout.straddles
+        highest = self.layout.highest
+        for i in straddles.keys() & set(indices):  # few: boundaries are few
+            k = indices.index(i)
+            while True:  # every occurrence, found by C-level search
+                self._note_straddle(i, min(values[k], highest))
+                try:
+                    k = indices.index(i, k + 1)
+                except ValueError:
+                    break
         self.count += len(values)
         self.total += sum(values)
 
@@ -155,7 +162,7 @@ class Histogram:
             self._counts.extend(array(self._counts.typecode, bytes(extra * self._counts.itemsize)))
 
     def _widen(self) -> None:
-        """A 32-bit counter would overflow: switch to 64-bit counters (rare, ~4e9 values)."""
+        """A 32-bit counter could overflow: switch to 64-bit counters (after ~4e9 values)."""
         self._counts = array("Q", self._counts)
 
     # --- reading ------------------------------------------------------------------------------
@@ -183,19 +190,14 @@ class Histogram:
         else:
             self._grow(other._lo + first)
             self._grow(other._lo + last)
-            if other._counts.typecode == "Q" and self._counts.typecode != "Q":
+            if self.count + other.count > 0xFFFFFFFF and self._counts.typecode == "I":
                 self._widen()
             delta = other._lo - self._lo
             counts = self._counts
             for j in range(first, last + 1):
                 c = other._counts[j]
                 if c:
-                    try:
-                        counts[j + delta] += c
-                    except OverflowError:
-                        self._widen()
-                        counts = self._counts
-                        counts[j + delta] += c
+                    counts[j + delta] += c
         self.count += other.count
         self.total += other.total
         if other._at_or_below:
@@ -233,7 +235,7 @@ class Histogram:
 
     def quantiles(self, qs: Sequence[float]) -> list[int]:
         """HdrHistogram's `get_value_at_percentile(100*q)` for each q."""
-        return quantiles_of([self], qs)
+        return quantiles_of([self], qs, self.layout)
 
     @property
     def nbytes(self) -> int:
@@ -275,16 +277,40 @@ class Histogram:
         return out
 
 
-def quantiles_of(histograms: Sequence[Histogram], qs: Sequence[float]) -> list[int]:
-    """Quantiles of the merge of `histograms` (one layout) without building a merged histogram.
+#: A window slice holds its raw values (8 bytes each) until it has this many, then becomes a
+#: Histogram: a quiet series' slice costs bytes per value, a busy one HDR's fixed size.
+RAW_SLICE_MAX = 256
 
-    Used for the sliding window, whose slices are merged at every scrape: the counts are aligned
-    and summed with C-level `map`, and each quantile is a bisection of the running total.
+#: A window slice: raw values (`array("q")`) or, past RAW_SLICE_MAX values, a Histogram.
+WindowPart = Union[Histogram, "array[int]"]
+
+
+def part_count(part: WindowPart) -> int:
+    return part.count if isinstance(part, Histogram) else len(part)
+
+
+def quantiles_of(parts: Sequence[WindowPart], qs: Sequence[float], layout: Layout
+                 ) -> list[int]:
+    """HdrHistogram's `get_value_at_percentile(100*q)` of the merge of `parts`, per q.
+
+    Used for the sliding window, merged at every scrape. Raw parts alone are sorted (the
+    target order statistic's HDR bucket is exactly the one HdrHistogram would return);
+    histogram parts are aligned and summed with C-level `map`, and each quantile is a
+    bisection of the running total.
     """
-    live = [h for h in histograms if h.count]
-    if not live:
+    raw = [p for p in parts if not isinstance(p, Histogram) and len(p)]
+    live = [p for p in parts if isinstance(p, Histogram) and p.count]
+    if not raw and not live:
         return [0] * len(qs)
-    layout = live[0].layout
+    if not live:
+        ordered = sorted(chain.from_iterable(raw))
+        n = len(ordered)
+        return [layout.highest_equivalent(layout.index(min(
+            ordered[max(int(q * n + 0.5), 1) - 1], layout.highest))) for q in qs]
+    if raw:
+        extra = Histogram(layout)
+        extra.record_many(list(chain.from_iterable(raw)))
+        live.append(extra)
     lo = min(h._lo for h in live)
     hi = max(h._lo + len(h._counts) for h in live)
     merged: Iterable[int] | None = None

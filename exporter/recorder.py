@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field
 
 from . import names
 from .config import Config
 from .guard import LabelGuard
-from .histogram import Histogram, Layout
+from .histogram import RAW_SLICE_MAX, Histogram, Layout, WindowPart
 from .timeline import CallTimeline, derive
 
 US_PER_SECOND = 1_000_000
@@ -48,8 +49,8 @@ class Series:
         self.state = state
         self.values = values
         self.hist = Histogram(state.layout)
-        #: (slice id, histogram) of the sliding window, oldest first; None when not windowed.
-        self.slices: list[tuple[int, Histogram]] | None = None
+        #: (slice id, raw values or histogram) of the sliding window, oldest first.
+        self.slices: list[tuple[int, WindowPart]] | None = None
         #: Values recorded but not yet folded into `hist` (and the window slice pending_slice).
         self.pending: list[int] = []
         self.pending_slice = 0
@@ -65,15 +66,24 @@ class Series:
         if not pending:
             return
         self.pending = []
-        self.hist.record_many(pending)
+        indices = self.state.layout.indices(pending)
+        self.hist.record_indexed(indices, pending)
         if self.state.windowed:
             slices = self.slices
             if slices is None:
                 slices = self.slices = []
             if not slices or slices[-1][0] != self.pending_slice:
-                slices.append((self.pending_slice, Histogram(self.state.layout)))
+                slices.append((self.pending_slice, array("q")))
                 del slices[:-keep_slices]
-            slices[-1][1].record_many(pending)
+            part = slices[-1][1]
+            if isinstance(part, Histogram):
+                part.record_indexed(indices, pending)
+            else:
+                part.extend(pending)
+                if len(part) > RAW_SLICE_MAX:
+                    busy = Histogram(self.state.layout)
+                    busy.record_many(part)
+                    slices[-1] = (self.pending_slice, busy)
 
 
 @dataclass
@@ -179,12 +189,14 @@ class Recorder:
 
     def _observe(self, state: FamilyState, values: tuple[str, ...], value: int,
                  slice_id: int) -> None:
-        if not isinstance(value, int) or value < 0:
+        """Append one value to its series' pending batch: the per-value hot path."""
+        if value.__class__ is not int or value < 0:
             self.drops[names.DROP_BAD_VALUE] += 1
             return
-        series = self._series(state, values)
+        series = state.series.get(values) or self._series(state, values)
         if series is None:
             return
+        self._dirty.add(series)
         if series.pending_slice != slice_id:
             series.fold(self.config.window.slices)
             series.pending_slice = slice_id
@@ -219,13 +231,14 @@ class Recorder:
                 taken.append((series.state, series, series.hist.copy()))
             return taken, time.perf_counter_ns() // self.slice_ns
 
-    def window_slices(self, series: Series, current_slice: int) -> list[Histogram]:
+    def window_slices(self, series: Series, current_slice: int) -> list[WindowPart]:
         """Copies of the live window slices of a series (under the lock)."""
         keep = self.config.window.slices
         oldest = current_slice - keep
         with self._lock:
             series.fold(keep)
-            return [h.copy() for sid, h in (series.slices or ()) if sid > oldest]
+            return [part.copy() if isinstance(part, Histogram) else array("q", part)
+                    for sid, part in (series.slices or ()) if sid > oldest]
 
     def folded_copies(self, state: FamilyState) -> list[tuple[Series, Histogram]]:
         """Every series of a family with a copy of its up-to-date histogram (under the lock)."""

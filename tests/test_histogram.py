@@ -90,8 +90,25 @@ def test_merge_is_exact_and_matches_window_quantiles():
     ref = reference(everything)
     expected = [ref.get_value_at_percentile(q * 100) for q in QS]
     assert merged.quantiles(QS) == expected
-    assert quantiles_of(parts, QS) == expected
+    assert quantiles_of(parts, QS, layout) == expected
     assert merged.cumulative_at() == [sum(1 for v in everything if v <= 2_000_000)]
+
+
+def test_window_quantiles_from_raw_slices_match_hdr_semantics():
+    """Quiet window slices keep raw values; their quantiles are HdrHistogram's, exactly."""
+    from array import array
+
+    rng = random.Random(9)
+    layout = Layout(HOUR_US, 2, [2_000_000])
+    raw = [array("q", [int(rng.lognormvariate(12, 1)) for _ in range(n)]) for n in (5, 50, 1)]
+    everything = [v for part in raw for v in part] + [HOUR_US * 2]  # one above the range
+    raw[1].append(HOUR_US * 2)
+    ref = reference([min(v, HOUR_US) for v in everything])
+    expected = [ref.get_value_at_percentile(q * 100) for q in QS]
+    assert quantiles_of(raw, QS, layout) == expected
+    busy = Histogram(layout)
+    busy.record_many(raw[1])
+    assert quantiles_of([raw[0], busy, raw[2]], QS, layout) == expected
 
 
 def test_hdrh_round_trip_and_encoding():
@@ -113,9 +130,13 @@ def test_merge_refuses_other_layouts():
 def test_counters_widen_instead_of_overflowing():
     h = Histogram(Layout(HOUR_US, 2))
     h.record(10)
-    h._counts[0] = 2**32 - 1
+    h._counts[0] = h.count = 2**32 - 1  # as if recorded 4e9 times
     h.record(10)
     assert h._counts[0] == 2**32 and h._counts.typecode == "Q"
+    other = Histogram(h.layout)
+    other.record(10)
+    other.add(h)
+    assert other._counts[0] == 2**32 + 1 and other._counts.typecode == "Q"
 
 
 def test_storage_is_sparse():

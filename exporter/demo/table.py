@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 
 from .. import names
-from ..histogram import Histogram, quantiles_of
+from ..histogram import WindowPart, part_count, quantiles_of
 from ..recorder import US_PER_SECOND, Recorder
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -22,13 +22,13 @@ class TerminalTable:
         self._last_counts: dict[tuple[str, str], int] = {}
         self._last_time = time.monotonic()
 
-    def _windows(self, family: names.Family, by_tenant: bool) -> dict[tuple, list[Histogram]]:
+    def _windows(self, family: names.Family, by_tenant: bool) -> dict[tuple, list[WindowPart]]:
         """Live window slices per (model, route) or per tenant, from every matching series."""
         rec = self.recorder
         state = rec.families[family.name]
         current = time.perf_counter_ns() // rec.slice_ns
         index = {name: i for i, name in enumerate(state.label_names)}
-        out: dict[tuple, list[Histogram]] = defaultdict(list)
+        out: dict[tuple, list[WindowPart]] = defaultdict(list)
         for series in list(state.series.values()):
             values = series.values
             key = (values[index[names.TENANT]],) if by_tenant else \
@@ -38,6 +38,7 @@ class TerminalTable:
 
     def render(self) -> str:
         rec = self.recorder
+        seconds = rec.families[names.TTFT.name].layout
         ttft = self._windows(names.TTFT, by_tenant=False)
         stall = self._windows(names.STALL, by_tenant=False)
         requests, *_ = rec.counters()
@@ -49,15 +50,16 @@ class TerminalTable:
         lines = [f"{'model':<14}{'route':<11}{'TTFT p50':>9}{'p90':>8}{'p99':>8}"
                  f"{'stall p99':>11}{'req/s':>8}"]
         for key in sorted(set(ttft) | set(counts)):
-            p50, p90, p99 = (_s(v) for v in quantiles_of(ttft.get(key, []), QUANTILES))
-            stall_p99 = _s(quantiles_of(stall.get(key, []), (0.99,))[0])
+            p50, p90, p99 = (_s(v) for v in quantiles_of(ttft.get(key, []), QUANTILES, seconds))
+            stall_p99 = _s(quantiles_of(stall.get(key, []), (0.99,), seconds)[0])
             rate = (counts[key] - self._last_counts.get(key, 0)) / elapsed
             lines.append(f"{key[0]:<14}{key[1]:<11}{p50:>9}{p90:>8}{p99:>8}{stall_p99:>11}"
                          f"{rate:>8.2f}")
         self._last_counts, self._last_time = dict(counts), now
         by_tenant = self._windows(names.TTFT, by_tenant=True)
-        slowest = sorted(((quantiles_of(h, (0.99,))[0], tenant) for (tenant,), h in
-                          by_tenant.items() if any(x.count for x in h)), reverse=True)[:5]
+        slowest = sorted(((quantiles_of(parts, (0.99,), seconds)[0], tenant)
+                          for (tenant,), parts in by_tenant.items()
+                          if any(part_count(p) for p in parts)), reverse=True)[:5]
         lines.append("slowest tenants by TTFT p99: " + ", ".join(
             f"{tenant} {_s(p99)}" for p99, tenant in slowest))
         return "\n".join(lines)
