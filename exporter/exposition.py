@@ -166,7 +166,7 @@ def _render_family(family: Metric, openmetrics: bool) -> str:
 
 
 def _counter_families(rec: Recorder) -> list[Metric]:
-    requests, in_flight, drops, folds, series_count, bad_labels = rec.counters()
+    requests, in_flight, drops, folds, series_count = rec.counters()
     req = CounterMetricFamily(names.REQUESTS_TOTAL, REQUESTS_HELP,
                               labels=[names.MODEL, names.OUTCOME, names.PROVIDER, names.ROUTE,
                                       names.TENANT])
@@ -184,7 +184,6 @@ def _counter_families(rec: Recorder) -> list[Metric]:
         fold.add_metric(list(key), value)
     drop = CounterMetricFamily(names.SELF_DROPS, _SELF_HELP[names.SELF_DROPS],
                                labels=[names.REASON])
-    drops[names.DROP_BAD_LABEL] += bad_labels
     for reason, value in drops.items():
         drop.add_metric([reason], value)
     scrape = GaugeMetricFamily(names.SELF_SCRAPE_DURATION, _SELF_HELP[names.SELF_SCRAPE_DURATION],

@@ -21,12 +21,13 @@ import threading
 import time
 from array import array
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import names
 from .config import Config
 from .guard import LabelGuard
 from .histogram import RAW_SLICE_MAX, Histogram, Layout, WindowPart
-from .timeline import CallTimeline, derive
+from .timeline import CallTimeline, Derived, derive
 
 US_PER_SECOND = 1_000_000
 
@@ -97,6 +98,16 @@ class FamilyState:
     series: dict[tuple[str, ...], Series] = field(default_factory=dict)
 
 
+class Counters(NamedTuple):
+    """A consistent copy of the recorder's counters and gauges."""
+
+    requests: dict[tuple[str, str, str, str, str], int]  # model, outcome, provider, route, tenant
+    in_flight: dict[tuple[str, str, str], int]  # model, provider, route
+    drops: dict[str, int]  # reason -> count
+    folds: dict[tuple[str, str], int]  # (model, route) -> calls folded into __other__
+    series: int
+
+
 class Recorder:
     """All metric state of one process (or, in the aggregator, of all pushing workers)."""
 
@@ -154,7 +165,7 @@ class Recorder:
         except Exception:
             self.drops[names.DROP_INTERNAL] += 1
 
-    def _record_locked(self, t: CallTimeline, d) -> None:
+    def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
         model, provider, route = guard.clean(t.model), guard.clean(t.provider), \
             guard.clean(t.route)
@@ -250,8 +261,10 @@ class Recorder:
                 out.append((series, series.hist.copy()))
             return out
 
-    def counters(self) -> tuple[dict, dict, dict, dict, int, int]:
+    def counters(self) -> Counters:
         """Copies of the counters and gauges, taken under the lock."""
         with self._lock:
-            return (dict(self.requests), dict(self.in_flight), dict(self.drops),
-                    dict(self.guard.folds), self.series_count, self.guard.bad_labels)
+            drops = dict(self.drops)
+            drops[names.DROP_BAD_LABEL] += self.guard.bad_labels
+            return Counters(dict(self.requests), dict(self.in_flight), drops,
+                            dict(self.guard.folds), self.series_count)

@@ -41,7 +41,7 @@ class TerminalTable:
         seconds = rec.families[names.TTFT.name].layout
         ttft = self._windows(names.TTFT, by_tenant=False)
         stall = self._windows(names.STALL, by_tenant=False)
-        requests, *_ = rec.counters()
+        requests = rec.counters().requests
         counts: dict[tuple[str, str], int] = defaultdict(int)
         for (model, _outcome, _provider, route, _tenant), n in requests.items():
             counts[(model, route)] += n
