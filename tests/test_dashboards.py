@@ -8,14 +8,26 @@ reads must be one the exporter serves.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
-from exporter import alerts, config, dashboards
-from exporter.generate import dashboard_json
+import exporter
+from exporter import alerts, config, dashboards, names, runtime
+from exporter.demo.latency import LatencyModel
+from exporter.demo.loadgen import stream_chat
+from exporter.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER, ProviderServer
+from exporter.generate import ALERTING_FILE, RECORDING_FILE, dashboard_json, generate
+from exporter.shim.manual import Call
 from tests.support.prometheus import (PrometheusServer, grafana_expr, metric_names,
                                       require_prometheus)
 from tests.test_alerts import recorded_names, served_metric_names
@@ -210,9 +222,6 @@ class Traffic:
     """
 
     def __init__(self, base_url: str):
-        import asyncio
-        import threading
-
         self.url = base_url + "/v1/chat/completions"
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
@@ -229,13 +238,8 @@ class Traffic:
         self._thread.join(timeout=30)
 
     async def _main(self) -> None:
-        import asyncio
-        import contextvars
-
-        import aiohttp
-
         self._noisy, self._stop = asyncio.Event(), asyncio.Event()
-        self._current: contextvars.ContextVar[Any] = contextvars.ContextVar("e2e_call")
+        self._current: contextvars.ContextVar[Call] = contextvars.ContextVar("e2e_call")
         self._tasks: set[asyncio.Task[None]] = set()
         async with aiohttp.ClientSession(trace_configs=[self._tracing()]) as session:
             loops = [self._every(0.5, session, NOISY_MODEL, NOISY_ROUTE, t, 600)
@@ -252,11 +256,10 @@ class Traffic:
                 task.cancel()
             await asyncio.gather(*runners, *self._tasks, return_exceptions=True)
 
-    async def _every(self, period: float, session: Any, model: str, route: str, tenant: str,
-                     tokens: int, gate: Any = None, limit: float | None = None,
-                     cancel: float | None = None) -> None:
-        import asyncio
-
+    async def _every(self, period: float, session: aiohttp.ClientSession, model: str,
+                     route: str, tenant: str, tokens: int, gate: asyncio.Event | None = None,
+                     limit: float | None = None, cancel: float | None = None) -> None:
+        """Start a call every `period` seconds (after `gate`), without waiting for it."""
         if gate is not None:
             await gate.wait()
         while True:
@@ -267,16 +270,8 @@ class Traffic:
                 self._loop.call_later(cancel, task.cancel)
             await asyncio.sleep(period)
 
-    async def _call(self, session: Any, model: str, route: str, tenant: str, tokens: int,
-                    limit: float | None) -> None:
-        import asyncio
-
-        import aiohttp
-
-        import exporter
-        from exporter.demo.loadgen import stream_chat
-        from exporter.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER
-
+    async def _call(self, session: aiohttp.ClientSession, model: str, route: str, tenant: str,
+                    tokens: int, limit: float | None) -> None:
         body = {"model": model, "stream": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": f"{route} request"}]}
         headers = {TENANT_HEADER: tenant, INPUT_TOKENS_HEADER: str(tokens)}
@@ -289,13 +284,11 @@ class Traffic:
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             pass  # the outcome is recorded; timeouts are on purpose
 
-    def _tracing(self) -> Any:
+    def _tracing(self) -> aiohttp.TraceConfig:
         """Stamp dispatched/connected/sent on the call running in the current context."""
-        import aiohttp
-
-        def stamp(*marks: str) -> Any:
-            async def hook(*_: Any) -> None:
-                call = self._current.get(None)
+        def stamp(*marks: str) -> Callable[..., Awaitable[None]]:
+            async def hook(*_: object) -> None:
+                call = self._current.get()
                 for mark in marks:
                     getattr(call, mark)()
             return hook
@@ -314,25 +307,17 @@ def test_end_to_end_every_query_and_rule_has_data_and_the_noisy_neighbour_alerts
     (1 s intervals, short windows): every dashboard query, variable and recording rule returns
     data, no rule fails, and the noisy tenant's burst makes the many-tenants alert fire."""
     require_prometheus()
-    from dataclasses import replace
-
-    from exporter import names, runtime, start_http_server
-    from exporter.demo.latency import LatencyModel
-    from exporter.demo.provider import ProviderServer
-    from exporter.generate import generate
-
     cfg = config.load(E2E_CONFIG)
     runtime.configure(cfg)
     generate(cfg, tmp_path)
-    rules = [tmp_path / "alerts" / name for name in ("recording_rules.yaml",
-                                                     "alerting_rules.yaml")]
+    rules = [tmp_path / "alerts" / name for name in (RECORDING_FILE, ALERTING_FILE)]
     # Every request of the noisy tenant is a 40k-token document: 0.8 s of prefill that holds
     # every stream of the model (the demo's batch_block_tokens is 32k).
     noisy = replace(LatencyModel.default(), noisy_probability=1.0, noisy_input_tokens=40_000)
     n = alerts.Names.of(cfg.alerting)
     where = f'model="{NOISY_MODEL}", route="{NOISY_ROUTE}"'
     with ProviderServer(noisy) as provider:
-        server = start_http_server(port=0)
+        server = exporter.start_http_server(port=0)
         traffic = Traffic(provider.base_url)
         try:
             target = server.url.split("//", 1)[1].split("/", 1)[0]
@@ -380,8 +365,6 @@ def _matching(prom: PrometheusServer, name: str, model: str) -> list[dict[str, A
 def _wait_for_alert(prom: PrometheusServer, name: str, model: str,
                     timeout: float = 30.0) -> dict[str, Any]:
     """The first pending or firing `name` alert of `model` (polled: rules run every second)."""
-    import time
-
     deadline = time.monotonic() + timeout
     while not (found := _matching(prom, name, model)):
         assert time.monotonic() < deadline, f"{name} of {model} neither pending nor firing"
