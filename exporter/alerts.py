@@ -46,6 +46,8 @@ SLI_WINDOWS: tuple[int, ...] = (300, 1800, 3600, 7200, 21600, 86400, 259200)
 REGRESSION_WINDOW = 3600
 TENANT_WINDOW = 300
 
+#: The network phase (DNS, TCP, TLS) whose regression means a route or region change.
+CONNECT_PHASE = "connect"
 #: Outcomes that spend the error objective; `cancelled` and `abandoned` are the caller's choice.
 ERROR_OUTCOMES = (names.ERROR, names.TIMEOUT)
 
@@ -285,7 +287,7 @@ def _latency_records(config: Config, w: _Windows) -> list[dict[str, Any]]:
     al, n = config.alerting, Names.of(config.alerting)
     reg, reg_off = w(REGRESSION_WINDOW), w(al.regression_offset_seconds)
     ten, ten_off = w(TENANT_WINDOW), w(al.tenant_baseline_offset_seconds)
-    connect = [eq(names.PHASE, "connect")]
+    connect = [eq(names.PHASE, CONNECT_PHASE)]
     phase_by = (*MODEL_ROUTE, names.PHASE)
     tenant_by = (*MODEL_ROUTE, names.TENANT)
 

@@ -195,6 +195,10 @@ def test_duration(seconds: float, text: str) -> None:
     assert alerts.duration(seconds) == text
 
 
+def test_connect_phase_is_a_phase_the_exporter_records() -> None:
+    assert alerts.CONNECT_PHASE in names.PHASES
+
+
 def test_thresholds_are_exposed_le_values() -> None:
     assert [alerts.le(x) for x in (2.0, 0.5, 10.0, 120.0)] == ["2.0", "0.5", "10.0", "120.0"]
 
