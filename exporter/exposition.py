@@ -14,13 +14,16 @@ import threading
 import time
 from typing import Iterator
 
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily, Metric)
+from prometheus_client.core import (CounterMetricFamily, Exemplar as PromExemplar,
+                                    GaugeMetricFamily, HistogramMetricFamily, Metric)
 from prometheus_client.utils import floatToGoString
 
 from . import names
 from .histogram import Histogram, part_count, quantiles_of
-from .recorder import US_PER_SECOND, FamilyState, Recorder, Series
+from .recorder import US_PER_SECOND, Exemplar, FamilyState, Recorder, Series
+
+#: Exemplar label holding the trace id (Grafana's default for Prometheus exemplars).
+EXEMPLAR_LABEL = "trace_id"
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -76,14 +79,17 @@ class Renderer:
     def _render(self, openmetrics: bool) -> bytes:
         rec = self.recorder
         dirty, current_slice = rec.swap_dirty()
-        for state, series, hist in dirty:
-            series.text = self._histogram_text(state, series, hist)
+        for series, hist, exemplars in dirty:
+            series.text, series.openmetrics_text = self._histogram_text(series, hist, exemplars)
             series.window_key = -1  # its window changed too
         out: list[str] = []
         for state in rec.families.values():
             fam = state.family
             out.append(_header(fam.name, fam.help, "histogram", openmetrics))
-            out.extend(s.text for s in list(state.series.values()))
+            if openmetrics:
+                out.extend(s.openmetrics_text or s.text for s in list(state.series.values()))
+            else:
+                out.extend(s.text for s in list(state.series.values()))
             if state.windowed:
                 out.append(_header(fam.window_name, _window_help(rec, fam), "summary",
                                    openmetrics))
@@ -98,19 +104,30 @@ class Renderer:
             out.append("# EOF\n")
         return "".join(out).encode("utf-8")
 
-    def _histogram_text(self, state: FamilyState, series: Series, hist: Histogram) -> str:
+    def _histogram_text(self, series: Series, hist: Histogram,
+                        exemplars: dict[int, Exemplar] | None) -> tuple[str, str]:
+        """The series' lines in the text format, and in OpenMetrics when they differ ("" if not).
+
+        They differ only by the exemplars, which OpenMetrics carries after a bucket's value.
+        """
+        state = series.state
         name = state.family.name
         labels = series.label_text
         if not labels:
             labels = series.label_text = _labels(list(zip(state.label_names, series.values)))
         cumulative = hist.cumulative_at()
         cumulative.append(hist.count)
-        lines = [f'{name}_bucket{{le="{le}",{labels}}} {_count(c)}\n'
+        lines = [f'{name}_bucket{{le="{le}",{labels}}} {_count(c)}'
                  for le, c in zip(self._le[name], cumulative)]
-        lines.append(f"{name}_count{{{labels}}} {_count(hist.count)}\n")
-        lines.append(f"{name}_sum{{{labels}}} "
-                     f"{floatToGoString(_seconds_or_tokens(state, hist.total))}\n")
-        return "".join(lines)
+        tail = (f"\n{name}_count{{{labels}}} {_count(hist.count)}\n{name}_sum{{{labels}}} "
+                f"{floatToGoString(_seconds_or_tokens(state, hist.total))}\n")
+        text = "\n".join(lines) + tail
+        if not exemplars:
+            return text, ""
+        for position, (trace_id, value, timestamp) in exemplars.items():
+            lines[position] += (f' # {{{EXEMPLAR_LABEL}="{_escape(trace_id)}"}} '
+                                f"{floatToGoString(value)} {timestamp}")
+        return text, "\n".join(lines) + tail
 
     def _window_text(self, state: FamilyState, series: Series, current_slice: int) -> str:
         values = window_quantiles(self.recorder, state, series, current_slice) or ()
@@ -194,19 +211,22 @@ def _counter_families(rec: Recorder) -> list[Metric]:
 def families(rec: Recorder) -> Iterator[Metric]:
     """The same data as prometheus_client metric families (the reference, uncached path)."""
     current_slice = time.perf_counter_ns() // rec.slice_ns
-    snapshot = [(state, rec.folded_copies(state)) for state in rec.families.values()]
+    snapshot = [(state, rec.snapshot(state)) for state in rec.families.values()]
     for state, series_list in snapshot:
         fam = state.family
         les = [floatToGoString(_seconds_or_tokens(state, b)) for b in state.layout.boundaries]
         hist_family = HistogramMetricFamily(fam.name, fam.help, labels=state.label_names)
-        for series, hist in series_list:
-            buckets = list(zip(les + ["+Inf"], hist.cumulative_at() + [hist.count]))
+        for series, hist, exemplars in series_list:
+            buckets: list = list(zip(les + ["+Inf"], hist.cumulative_at() + [hist.count]))
+            for position, (trace_id, value, timestamp) in (exemplars or {}).items():
+                buckets[position] += (PromExemplar({EXEMPLAR_LABEL: trace_id}, value,
+                                                   timestamp),)
             hist_family.add_metric(list(series.values), buckets,
                                    _seconds_or_tokens(state, hist.total))
         yield hist_family
         if state.windowed:
             window = Metric(fam.window_name, _window_help(rec, fam), "summary")
-            for series, hist in series_list:
+            for series, hist, _ in series_list:
                 labels = dict(zip(state.label_names, series.values))
                 values = window_quantiles(rec, state, series, current_slice)
                 for q, v in zip(rec.config.window.quantiles, values or ()):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -31,9 +32,13 @@ from .timeline import CallTimeline, Derived, derive
 
 US_PER_SECOND = 1_000_000
 
-#: Families with sliding-window quantiles: the user-facing ones (per-call values, not per chunk).
+#: Families with sliding-window quantiles and exemplars: the user-facing ones (per-call values,
+#: not per chunk), where a spike in Grafana must lead to the trace of a slow call.
 WINDOWED = frozenset({names.TTFT.name, names.FIRST_ANSWER.name, names.STALL.name,
                       names.DURATION.name})
+
+#: (trace id, value in the family's unit, Unix time) of the latest traced call in a bucket.
+Exemplar = tuple[str, float, float]
 
 
 #: Values a series holds before it folds them into its histogram in the caller's thread.
@@ -43,8 +48,8 @@ PENDING_MAX = 64
 class Series:
     """One histogram series: cumulative counts, window slices, and its cached exposition text."""
 
-    __slots__ = ("state", "values", "hist", "slices", "pending", "pending_slice", "label_text",
-                 "text", "window_text", "window_key")
+    __slots__ = ("state", "values", "hist", "slices", "pending", "pending_slice", "exemplars",
+                 "label_text", "text", "openmetrics_text", "window_text", "window_key")
 
     def __init__(self, state: "FamilyState", values: tuple[str, ...]):
         self.state = state
@@ -55,9 +60,13 @@ class Series:
         #: Values recorded but not yet folded into `hist` (and the window slice pending_slice).
         self.pending: list[int] = []
         self.pending_slice = 0
-        #: Exposition caches, owned by the renderer: sorted label pairs, lines, window lines.
+        #: `le` bucket position (len(boundaries) = +Inf) -> latest exemplar; None until traced.
+        self.exemplars: dict[int, Exemplar] | None = None
+        #: Exposition caches, owned by the renderer: sorted label pairs, lines (OpenMetrics
+        #: lines differ only when the series has exemplars), window lines.
         self.label_text = ""
         self.text = ""
+        self.openmetrics_text = ""
         self.window_text = ""
         self.window_key = -1
 
@@ -177,6 +186,7 @@ class Recorder:
         base = (model, provider, route)
         with_tenant = (model, provider, route, tenant)
         observe = self._observe
+        trace_id = t.trace_id
         for fam, value in ((names.TTFT, d.ttft), (names.FIRST_ANSWER, d.first_answer),
                            (names.TPOT, d.tpot), (names.STALL, d.stall),
                            (names.DURATION, d.duration), (names.INPUT_TOKENS, t.input_tokens),
@@ -184,7 +194,10 @@ class Recorder:
                            (names.CACHED_INPUT_TOKENS, t.cached_input_tokens)):
             if value is not None:
                 state = self.families[fam.name]
-                observe(state, with_tenant if state.has_tenant else base, value, slice_id)
+                series = observe(state, with_tenant if state.has_tenant else base, value,
+                                 slice_id)
+                if trace_id and series is not None and state.windowed:
+                    self._exemplar(series, value, trace_id)
         if d.gaps:  # already a batch: fold it at once
             state = self.families[names.ITL.name]
             series = self._series(state, with_tenant if state.has_tenant else base)
@@ -199,14 +212,14 @@ class Recorder:
             observe(state, values, value, slice_id)
 
     def _observe(self, state: FamilyState, values: tuple[str, ...], value: int,
-                 slice_id: int) -> None:
+                 slice_id: int) -> Series | None:
         """Append one value to its series' pending batch: the per-value hot path."""
         if value.__class__ is not int or value < 0:
             self.drops[names.DROP_BAD_VALUE] += 1
-            return
+            return None
         series = state.series.get(values) or self._series(state, values)
         if series is None:
-            return
+            return None
         self._dirty.add(series)
         if series.pending_slice != slice_id:
             series.fold(self.config.window.slices)
@@ -214,6 +227,17 @@ class Recorder:
         series.pending.append(value)
         if len(series.pending) >= PENDING_MAX:
             series.fold(self.config.window.slices)
+        return series
+
+    @staticmethod
+    def _exemplar(series: Series, value: int, trace_id: str) -> None:
+        """Keep the call's trace id as the exemplar of the `le` bucket its value falls in."""
+        layout = series.state.layout
+        position = bisect_left(layout.boundaries, min(value, layout.highest))
+        scaled = value / US_PER_SECOND if series.state.family.unit == "seconds" else float(value)
+        if series.exemplars is None:
+            series.exemplars = {}
+        series.exemplars[position] = (trace_id, scaled, time.time())
 
     def _series(self, state: FamilyState, values: tuple[str, ...]) -> Series | None:
         series = state.series.get(values)
@@ -228,7 +252,8 @@ class Recorder:
 
     # --- reading (scrape thread) ---------------------------------------------------------------
 
-    def swap_dirty(self) -> tuple[list[tuple[FamilyState, Series, Histogram]], int]:
+    def swap_dirty(self) -> tuple[list[tuple[Series, Histogram, dict[int, Exemplar] | None]],
+                                  int]:
         """Under the lock: take the changed series with a private copy of their histograms.
 
         Returns those and the current window slice id; rendering then runs without the lock.
@@ -239,7 +264,8 @@ class Recorder:
             taken = []
             for series in dirty:
                 series.fold(keep)
-                taken.append((series.state, series, series.hist.copy()))
+                exemplars = dict(series.exemplars) if series.exemplars else None
+                taken.append((series, series.hist.copy(), exemplars))
             return taken, time.perf_counter_ns() // self.slice_ns
 
     def window_slices(self, series: Series, current_slice: int) -> list[WindowPart]:
@@ -253,12 +279,18 @@ class Recorder:
 
     def folded_copies(self, state: FamilyState) -> list[tuple[Series, Histogram]]:
         """Every series of a family with a copy of its up-to-date histogram (under the lock)."""
+        return [(series, hist) for series, hist, _ in self.snapshot(state)]
+
+    def snapshot(self, state: FamilyState
+                 ) -> list[tuple[Series, Histogram, dict[int, Exemplar] | None]]:
+        """Every series of a family with copies of its histogram and exemplars (under the lock)."""
         keep = self.config.window.slices
         with self._lock:
             out = []
             for series in state.series.values():
                 series.fold(keep)
-                out.append((series, series.hist.copy()))
+                out.append((series, series.hist.copy(),
+                            dict(series.exemplars) if series.exemplars else None))
             return out
 
     def counters(self) -> Counters:

@@ -13,7 +13,7 @@ MS = 1_000_000
 
 
 def record(model="m", route="r", tenant="t", provider="p", ttft_ms=120, gaps_ms=(20, 30),
-           outcome="ok", start=None):
+           outcome="ok", start=None, trace_id=None):
     if start is None:  # so that the call ends now, in the current window slice
         start = time.perf_counter_ns() - (ttft_ms + sum(gaps_ms) + 1) * MS
     t = CallTimeline(start=start, model=model, route=route, tenant=tenant, provider=provider)
@@ -27,6 +27,7 @@ def record(model="m", route="r", tenant="t", provider="p", ttft_ms=120, gaps_ms=
     t.end = now + MS
     t.input_tokens, t.output_tokens, t.cached_input_tokens = 1200, len(gaps_ms) + 1, 1024
     t.outcome = outcome
+    t.trace_id = trace_id
     runtime.state().recorder.record_call(t)
 
 
@@ -88,3 +89,22 @@ def test_counters_and_self_metrics():
     assert f'{names.REQUESTS_TOTAL}{{model="m",outcome="ok",provider="p",route="r",' \
            f'tenant="__other__"}} 2.0' in text
     assert f'{names.SELF_DROPS}{{reason="series_limit"}} 0.0' in text
+
+
+def test_exemplars_in_openmetrics_only_and_equal_to_prometheus_client():
+    renderer = runtime.state().renderer
+    record(ttft_ms=120, trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
+    record(ttft_ms=1900, trace_id="00f067aa0ba902b700f067aa0ba902b7")
+    record(ttft_ms=1950)  # untraced: the bucket keeps the latest traced call
+    record(ttft_ms=300, model="untraced")
+    for openmetrics in (True, False):
+        expected = reference(openmetrics)
+        assert renderer.render(openmetrics) == expected
+    om = renderer.render(True).decode()
+    line = next(l for l in om.splitlines()
+                if l.startswith(names.TTFT.name + '_bucket{le="2.0",model="m"'))
+    assert line.endswith(" 3.0 # {trace_id=\"00f067aa0ba902b700f067aa0ba902b7\"} 1.9 " +
+                         line.rsplit(" ", 1)[1])
+    assert "trace_id" not in renderer.render(False).decode()
+    # the ITL family (per chunk) carries no exemplars
+    assert not [l for l in om.splitlines() if l.startswith(names.ITL.name) and "#" in l]
