@@ -9,10 +9,11 @@ counted drop (`ttft_exporter_dropped_total`). Scrapes take the lock only to fold
 batches of the changed series and copy their histograms ("lock then swap"), and render
 outside it.
 
-Memory bound (docs/memory.md): every series holds at most `counts_len × 8` bytes of counters
+Memory bound (docs/metrics.md): every series holds at most `counts_len × 8` bytes of counters
 (32-bit until a bucket passes 4e9), in practice the span of octaves its values cover × 128 × 4
-bytes; windowed families hold up to `window.slices` more such histograms each. The number of
-series is capped by `labels.max_series`; tenants by `labels.max_tenants` per (model, route).
+bytes; windowed families hold up to `window.slices` slices of raw values (at most 256 each) or
+HDR counters. The number of series is capped by `labels.max_series`; tenants by
+`labels.max_tenants` per (model, route).
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ class Recorder:
     # --- recording (caller's thread; never raises) -----------------------------------------
 
     def started(self, model: str, provider: str, route: str) -> tuple[str, str, str]:
-        """Count a call in flight; returns the key to pass back to `finished`."""
+        """Count a call in flight; returns the key to pass back to `record_call`."""
         try:
             with self._lock:
                 key = (self.guard.clean(model), self.guard.clean(provider),
@@ -217,11 +218,15 @@ class Recorder:
         if value.__class__ is not int or value < 0:
             self.drops[names.DROP_BAD_VALUE] += 1
             return None
-        series = state.series.get(values) or self._series(state, values)
+        series = state.series.get(values)
         if series is None:
-            return None
-        self._dirty.add(series)
-        if series.pending_slice != slice_id:
+            series = self._series(state, values)
+            if series is None:
+                return None
+        else:
+            self._dirty.add(series)
+        if series.pending_slice != slice_id and slice_id > series.pending_slice:
+            # (a call that ended just before a newer one took the lock joins the newer slice)
             series.fold(self.config.window.slices)
             series.pending_slice = slice_id
         series.pending.append(value)
