@@ -225,7 +225,7 @@ class Recorder:
                 return None
         else:
             self._dirty.add(series)
-        if series.pending_slice != slice_id and slice_id > series.pending_slice:
+        if slice_id > series.pending_slice:
             # (a call that ended just before a newer one took the lock joins the newer slice)
             series.fold(self.config.window.slices)
             series.pending_slice = slice_id
