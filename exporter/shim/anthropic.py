@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .stream import (CONTENT, REASONING, TOOL, SDK, Endpoint, Tracked, build_request_hook,
-                     field, provider_name, request_hook, start_hook, stream_hook)
+from .stream import (CONTENT, HOT_ANTHROPIC, REASONING, TOOL, SDK, Endpoint, Tracked,
+                     build_request_hook, field, provider_name, request_hook, start_hook,
+                     stream_hook)
 
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
                  "output_tokens")
@@ -82,7 +83,7 @@ def _record(tr: Tracked, seen: dict[str, Any]) -> None:
                   cached=seen.get("cache_read_input_tokens"), model=seen.get("model"))
 
 
-ENDPOINTS = {"/v1/messages": Endpoint(classify, final, body_usage)}
+ENDPOINTS = {"/v1/messages": Endpoint(classify, final, body_usage, HOT_ANTHROPIC)}
 
 _CLASS_PROVIDERS = (("bedrock", "bedrock"), ("aws", "bedrock"), ("vertex", "vertex"),
                     ("googlecloud", "vertex"), ("foundry", "azure"), ("azure", "azure"))

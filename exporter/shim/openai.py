@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .stream import (CONTENT, REASONING, TOOL, SDK, Endpoint, Tracked, build_request_hook,
-                     field, provider_name, request_hook, start_hook, stream_hook)
+from .stream import (CONTENT, HOT_CHAT, HOT_RESPONSES, REASONING, TOOL, SDK, Endpoint, Tracked,
+                     build_request_hook, field, provider_name, request_hook, start_hook,
+                     stream_hook)
 
 
 # --- Chat Completions -----------------------------------------------------------------------------
@@ -107,8 +108,8 @@ def responses_usage(obj: Any, tr: Tracked) -> None:
 
 
 ENDPOINTS = {
-    "/chat/completions": Endpoint(chat_classify, chat_usage, chat_usage),
-    "/responses": Endpoint(responses_classify, responses_final, responses_usage),
+    "/chat/completions": Endpoint(chat_classify, chat_usage, chat_usage, HOT_CHAT),
+    "/responses": Endpoint(responses_classify, responses_final, responses_usage, HOT_RESPONSES),
 }
 
 _providers: dict[tuple[type, str], str] = {}

@@ -49,6 +49,14 @@ _CURRENT: ContextVar["Tracked | None"] = ContextVar("ttft_exporter_current", def
 #: Set by `uninstrument()`: hooks still installed (e.g. under a later patch) pass through.
 enabled = [False]
 
+#: httpx response classes (httpx2 for current SDKs, httpx for older ones), where importable.
+_RESPONSE_TYPES: tuple[type, ...] = ()
+for _module in ("httpx2", "httpx"):
+    try:
+        _RESPONSE_TYPES += (__import__(_module).Response,)
+    except Exception:  # pragma: no cover - depends on what is installed
+        pass
+
 # Call states.
 _REQUESTING, _STREAMING, _DONE = 0, 1, 2
 
@@ -99,17 +107,19 @@ def drain() -> None:
 class Endpoint:
     """What an SDK patch says about one LLM endpoint (one URL path)."""
 
-    __slots__ = ("classify", "final", "body_usage")
+    __slots__ = ("classify", "final", "body_usage", "hot")
 
     def __init__(self, classify: Callable[[Any, "Tracked"], str | None],
                  final: Callable[[Any, "Tracked"], None],
-                 body_usage: Callable[[Any, "Tracked"], None]):
+                 body_usage: Callable[[Any, "Tracked"], None], hot: int = 0):
         #: classify(event, tracked) -> token kind or None (framing); may note usage/model.
         self.classify = classify
         #: final(last_event, tracked): usage and model from the stream's last event.
         self.final = final
         #: body_usage(parsed_or_json_body, tracked): usage and model of a non-stream response.
         self.body_usage = body_usage
+        #: Which specialised loop follows the first answer token (HOT_*).
+        self.hot = hot
 
 
 class Tracked:
@@ -147,6 +157,13 @@ class Tracked:
         if gen is not None and (getattr(gen, "gi_running", False)
                                 or getattr(gen, "ag_running", False)):
             return
+        if not self.claimed and self.finalizer is not None:
+            # No SDK stream read it. A caller reading the body itself
+            # (`with_streaming_response` + `iter_lines()`) ends the call, tokens unseen.
+            held = self.finalizer.peek()
+            if held is not None and getattr(held[0], "is_stream_consumed", False):
+                self.end(None)
+                return
         self.end(None, abandoned=True)
 
     # lifecycle
@@ -180,8 +197,9 @@ class Tracked:
                     # by the time a stream is handed back.
                     t.headers = now
                 self.state = _STREAMING
-                anchor = getattr(result, "response", None) or getattr(result, "http_response",
-                                                                      None)
+                anchor = getattr(result, "response", None)
+                if not isinstance(anchor, _RESPONSE_TYPES):
+                    anchor = getattr(result, "http_response", None)
                 if anchor is not None:
                     self.finalizer = weakref.finalize(anchor, _collected, self)
                 return
@@ -254,15 +272,25 @@ def _collected(tracked: Tracked) -> None:
 
 
 # --- the stream wrappers (the per-chunk path) ---------------------------------------------------
+# Each wrapper has two loops. Until the first answer token, every event goes through the
+# endpoint's full `classify` (framing, reasoning, first tokens). After it, a loop specialised
+# per wire format checks the common case inline (a non-empty text delta: no function call) and
+# falls back to `classify` for anything else; per event that is a `perf_counter_ns()`, a few
+# attribute reads, a list append and our generator's resume. Any internal failure is a counted
+# drop and the rest of the stream passes through unmeasured.
+HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC = range(4)
+
+
 def sync_tokens(inner: Any, tr: Tracked) -> Any:
     """Yield every event of `inner` unchanged; stamp token events (DESIGN §4)."""
     t = tr.timeline
     append = t.token_times.append
     classify = tr.endpoint.classify
-    answer = False
     last = None
     try:
-        for chunk in inner:
+        it = iter(inner)
+        broken = False
+        for chunk in it:  # cold: until the first answer token
             now = perf_counter_ns()
             try:
                 if last is None:
@@ -271,18 +299,73 @@ def sync_tokens(inner: Any, tr: Tracked) -> Any:
                 kind = classify(chunk, tr)
                 if kind is not None:
                     append(now)
+                    if t.first_token is None:
+                        t.first_token = now
                     if kind is REASONING:
                         t.reasoning_events += 1
-                        if t.first_token is None:
-                            t.first_token = now
-                    elif not answer:
-                        answer = True
+                    else:
                         t.first_answer_token = now
-                        if t.first_token is None:
-                            t.first_token = now
             except Exception:
                 count_drop()
-                classify = _framing
+                broken = True
+            yield chunk
+            if broken or t.first_answer_token is not None:
+                break
+        hot = HOT_GENERIC if broken else tr.endpoint.hot
+        if hot == HOT_CHAT:
+            for chunk in it:
+                now = perf_counter_ns()
+                try:
+                    choices = chunk.choices
+                    if choices and choices[0].delta.content:
+                        append(now)
+                    elif not _other(chunk, tr, now):
+                        broken = True
+                except Exception:  # an unexpected shape: the full classifier decides
+                    broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif hot == HOT_RESPONSES:
+            for chunk in it:
+                now = perf_counter_ns()
+                try:
+                    if chunk.type == "response.output_text.delta" and chunk.delta:
+                        append(now)
+                    elif not _other(chunk, tr, now):
+                        broken = True
+                except Exception:  # an unexpected shape: the full classifier decides
+                    broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif hot == HOT_ANTHROPIC:
+            for chunk in it:
+                now = perf_counter_ns()
+                try:
+                    if chunk.type == "content_block_delta" and chunk.delta.type == "text_delta" \
+                            and chunk.delta.text:
+                        append(now)
+                    elif not _other(chunk, tr, now):
+                        broken = True
+                except Exception:  # an unexpected shape: the full classifier decides
+                    broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif not broken:
+            for chunk in it:
+                now = perf_counter_ns()
+                broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        for chunk in it:  # only after an internal failure: pass the rest through
+            last = chunk
             yield chunk
     except GeneratorExit:  # closed or garbage-collected before its end
         tr.end(None, abandoned=True)
@@ -293,15 +376,30 @@ def sync_tokens(inner: Any, tr: Tracked) -> Any:
     tr.finish_stream(last)
 
 
+def _other(chunk: Any, tr: Tracked, now: int) -> bool:
+    """Classify an event after the first answer token; False after an internal failure."""
+    try:
+        kind = tr.endpoint.classify(chunk, tr)
+        if kind is not None:
+            tr.timeline.token_times.append(now)
+            if kind is REASONING:
+                tr.timeline.reasoning_events += 1
+        return True
+    except Exception:
+        count_drop()
+        return False
+
+
 async def async_tokens(inner: Any, tr: Tracked) -> Any:
-    """The async twin of `sync_tokens`."""
+    """The async twin of `sync_tokens` (keep the two in step)."""
     t = tr.timeline
     append = t.token_times.append
     classify = tr.endpoint.classify
-    answer = False
     last = None
     try:
-        async for chunk in inner:
+        it = inner.__aiter__()
+        broken = False
+        async for chunk in it:
             now = perf_counter_ns()
             try:
                 if last is None:
@@ -310,18 +408,73 @@ async def async_tokens(inner: Any, tr: Tracked) -> Any:
                 kind = classify(chunk, tr)
                 if kind is not None:
                     append(now)
+                    if t.first_token is None:
+                        t.first_token = now
                     if kind is REASONING:
                         t.reasoning_events += 1
-                        if t.first_token is None:
-                            t.first_token = now
-                    elif not answer:
-                        answer = True
+                    else:
                         t.first_answer_token = now
-                        if t.first_token is None:
-                            t.first_token = now
             except Exception:
                 count_drop()
-                classify = _framing
+                broken = True
+            yield chunk
+            if broken or t.first_answer_token is not None:
+                break
+        hot = HOT_GENERIC if broken else tr.endpoint.hot
+        if hot == HOT_CHAT:
+            async for chunk in it:
+                now = perf_counter_ns()
+                try:
+                    choices = chunk.choices
+                    if choices and choices[0].delta.content:
+                        append(now)
+                    elif not _other(chunk, tr, now):
+                        broken = True
+                except Exception:  # an unexpected shape: the full classifier decides
+                    broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif hot == HOT_RESPONSES:
+            async for chunk in it:
+                now = perf_counter_ns()
+                try:
+                    if chunk.type == "response.output_text.delta" and chunk.delta:
+                        append(now)
+                    elif not _other(chunk, tr, now):
+                        broken = True
+                except Exception:  # an unexpected shape: the full classifier decides
+                    broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif hot == HOT_ANTHROPIC:
+            async for chunk in it:
+                now = perf_counter_ns()
+                try:
+                    if chunk.type == "content_block_delta" and chunk.delta.type == "text_delta" \
+                            and chunk.delta.text:
+                        append(now)
+                    elif not _other(chunk, tr, now):
+                        broken = True
+                except Exception:  # an unexpected shape: the full classifier decides
+                    broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif not broken:
+            async for chunk in it:
+                now = perf_counter_ns()
+                broken = not _other(chunk, tr, now)
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        async for chunk in it:
+            last = chunk
             yield chunk
     except GeneratorExit:
         tr.end(None, abandoned=True)
@@ -330,10 +483,6 @@ async def async_tokens(inner: Any, tr: Tracked) -> Any:
         tr.end(exc)
         raise
     tr.finish_stream(last)
-
-
-def _framing(chunk: Any, tr: Tracked) -> None:
-    return None
 
 
 # --- the SDK hooks --------------------------------------------------------------------------------

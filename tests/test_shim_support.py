@@ -1,0 +1,206 @@
+"""Shared fixtures of the SDK-patch tests (imported by tests/test_shim_*.py), and unit tests of
+the pieces that need no server: provider names, token classification, trace stamps."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import exporter
+from exporter import names, runtime
+from exporter.demo.provider import SCRIPT_HEADER, ProviderServer
+from exporter.shim import anthropic as shim_anthropic
+from exporter.shim import httpx_trace, stream
+from exporter.shim import openai as shim_openai
+from exporter.timeline import CallTimeline, derive
+
+#: Timing tolerance of the tests: ±10 ms or ±5 %, whichever is larger.
+ABS_TOL, REL_TOL = 0.010, 0.05
+
+
+def script(**keys: object) -> dict[str, str]:
+    """extra_headers scripting the demo provider's timings for one request."""
+    return {SCRIPT_HEADER: json.dumps(keys)}
+
+
+def near(actual_us: int | None, expected_s: float) -> bool:
+    """A derived value (µs) is within the tolerance of the scripted one (s)."""
+    if actual_us is None:
+        return False
+    return abs(actual_us / 1e6 - expected_s) <= max(ABS_TOL, REL_TOL * expected_s)
+
+
+def assert_near(actual_us: int | None, expected_s: float, what: str) -> None:
+    assert near(actual_us, expected_s), f"{what}: {actual_us} us, scripted {expected_s} s"
+
+
+def client_side(d) -> int:
+    """queue + connect + send (µs): client-side time before the request is on the wire."""
+    return sum(d.phases.get(p, 0) for p in ("queue", "connect", "send"))
+
+
+def assert_from_wire(actual_us: int | None, d, expected_s: float, what: str) -> None:
+    """A value measured from `start`, less the client-side phases (which the provider's script
+    cannot set: SDK work, pool waits), is within the tolerance of the script."""
+    assert actual_us is not None, what
+    assert_near(actual_us - client_side(d), expected_s, what + " (after the client-side phases)")
+
+
+class Recorded:
+    """Every CallTimeline the recorder receives, in order (the recorder still records them)."""
+
+    def __init__(self) -> None:
+        self.timelines: list[CallTimeline] = []
+        rec = runtime.state().recorder
+        original = rec.record_call
+
+        def record_call(t: CallTimeline, key=None) -> None:
+            self.timelines.append(t)
+            original(t, key)
+
+        rec.record_call = record_call  # instance attribute: this test's recorder only
+
+    def one(self) -> CallTimeline:
+        stream.drain()
+        assert len(self.timelines) == 1, self.timelines
+        return self.timelines.pop()
+
+    def all(self) -> list[CallTimeline]:
+        stream.drain()
+        out, self.timelines = self.timelines, []
+        return out
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ProviderServer() as running:
+        yield running
+
+
+@pytest.fixture
+def instrumented():
+    exporter.instrument()
+    yield
+    exporter.uninstrument()
+
+
+@pytest.fixture
+def recorded(instrumented) -> Recorded:
+    return Recorded()
+
+
+def requests_total() -> dict:
+    return dict(runtime.state().recorder.requests)
+
+
+def drops() -> int:
+    return runtime.state().recorder.drops[names.DROP_INTERNAL]
+
+
+# --- unit tests -------------------------------------------------------------------------------
+@pytest.mark.parametrize("host,default,want", [
+    ("api.openai.com", "openai", "openai"),
+    ("api.anthropic.com", "anthropic", "anthropic"),
+    ("my-resource.openai.azure.com", "openai", "azure"),
+    ("vllm-llama.ml.svc.cluster.local", "openai", "vllm"),
+    ("gateway.ml.svc.cluster.local", "openai", "gateway"),
+    ("api.deepseek.com", "openai", "deepseek"),
+    ("llm.example.co.uk", "openai", "example"),
+    ("llm.example.com", "openai", "example"),
+    ("127.0.0.1", "openai", "local"),
+    ("::1", "openai", "local"),
+    ("localhost", "anthropic", "local"),
+    ("10.1.2.3", "openai", "ip"),
+    ("inference", "openai", "inference"),
+    ("", "openai", "openai"),
+    (None, "anthropic", "anthropic"),
+])
+def test_provider_names_are_short(host, default, want):
+    assert stream.provider_name(host, default) == want
+
+
+def test_provider_from_client_class():
+    class AzureOpenAI:
+        base_url = SimpleNamespace(host="x.example.com")
+
+    class AnthropicBedrock:
+        base_url = SimpleNamespace(host="bedrock-runtime.us-east-1.amazonaws.com")
+
+    assert shim_openai.provider(AzureOpenAI()) == "azure"
+    assert shim_anthropic.provider(AnthropicBedrock()) == "bedrock"
+
+
+def _chunk(delta=None, choices=True, usage=None):
+    from openai._models import construct_type
+    from openai.types.chat import ChatCompletionChunk
+
+    value = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": delta or {}, "finish_reason": None}]
+             if choices else [], "usage": usage}
+    return construct_type(type_=ChatCompletionChunk, value=value)
+
+
+def test_chat_classification_follows_design_section_4():
+    classify = shim_openai.chat_classify
+    assert classify(_chunk({"role": "assistant", "content": ""}), None) is None
+    assert classify(_chunk({}), None) is None
+    assert classify(_chunk(choices=False, usage={"prompt_tokens": 3}), None) is None
+    assert classify(_chunk({"content": "hi"}), None) == names.CONTENT
+    assert classify(_chunk({"refusal": "no"}), None) == names.CONTENT
+    assert classify(_chunk({"reasoning_content": "hm"}), None) == names.REASONING
+    assert classify(_chunk({"reasoning": "hm"}), None) == names.REASONING
+    assert classify(_chunk({"reasoning_content": ""}), None) is None
+    tool = {"tool_calls": [{"index": 0, "id": "t", "type": "function",
+                            "function": {"name": "f", "arguments": ""}}]}
+    assert classify(_chunk(tool), None) is None  # the name alone is framing
+    tool["tool_calls"][0]["function"]["arguments"] = '{"a'
+    assert classify(_chunk(tool), None) == names.TOOL
+
+
+def test_responses_and_anthropic_classification():
+    ev = SimpleNamespace
+    r = shim_openai.responses_classify
+    assert r(ev(type="response.created"), None) is None
+    assert r(ev(type="response.in_progress"), None) is None
+    assert r(ev(type="response.output_text.delta", delta="x"), None) == names.CONTENT
+    assert r(ev(type="response.output_text.delta", delta=""), None) is None
+    assert r(ev(type="response.reasoning_summary_text.delta", delta="x"), None) == \
+        names.REASONING
+    assert r(ev(type="response.function_call_arguments.delta", delta="{"), None) == names.TOOL
+    a = shim_anthropic.classify
+    tr = SimpleNamespace(usage=None)
+    message = ev(usage=ev(input_tokens=5, cache_read_input_tokens=7,
+                          cache_creation_input_tokens=0, output_tokens=1), model="claude-x")
+    assert a(ev(type="message_start", message=message), tr) is None
+    assert tr.usage == {"input_tokens": 5, "cache_read_input_tokens": 7,
+                        "cache_creation_input_tokens": 0, "output_tokens": 1,
+                        "model": "claude-x"}
+    assert a(ev(type="content_block_start"), tr) is None
+    assert a(ev(type="ping"), tr) is None
+
+    def delta(**d):
+        return ev(type="content_block_delta", delta=ev(**d))
+
+    assert a(delta(type="text_delta", text="x"), tr) == names.CONTENT
+    assert a(delta(type="text_delta", text=""), tr) is None
+    assert a(delta(type="thinking_delta", thinking="x"), tr) == names.REASONING
+    assert a(delta(type="input_json_delta", partial_json="{"), tr) == names.TOOL
+    assert a(delta(type="signature_delta", signature="s"), tr) is None
+
+
+def test_trace_stamps_new_and_reused_connections():
+    t = CallTimeline(start=0)
+    for name in ("connection.connect_tcp.started", "connection.connect_tcp.complete",
+                 "connection.start_tls.started", "connection.start_tls.complete",
+                 "http11.send_request_headers.started", "http11.send_request_body.complete",
+                 "http11.receive_response_headers.complete"):
+        assert httpx_trace.stamp(t, name) is False
+    assert t.dispatched < t.connected < t.sent < t.headers
+    assert httpx_trace.stamp(t, "http11.response_closed.started") is True
+    reused = CallTimeline(start=0)
+    httpx_trace.stamp(reused, "http2.send_request_headers.started")
+    assert reused.connected == reused.dispatched is not None  # connect = 0 on reuse
+    assert httpx_trace.stamp(reused, "some.unknown.event") is False
+    assert derive(reused).phases["connect"] == 0
