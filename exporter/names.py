@@ -120,3 +120,27 @@ OTEL_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 OTEL_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
 OTEL_OPERATION_DURATION = "gen_ai.client.operation.duration"
 OTEL_TOKEN_USAGE = "gen_ai.client.token.usage"
+
+# Span attributes: the GenAI semantic conventions, then this project's own.
+ATTR_OPERATION = "gen_ai.operation.name"
+ATTR_PROVIDER = "gen_ai.provider.name"
+ATTR_REQUEST_MODEL = "gen_ai.request.model"
+ATTR_RESPONSE_MODEL = "gen_ai.response.model"
+ATTR_REQUEST_STREAM = "gen_ai.request.stream"
+ATTR_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+ATTR_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+ATTR_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+ATTR_TOKEN_TYPE = "gen_ai.token.type"
+ATTR_SERVER_ADDRESS = "server.address"
+ATTR_ERROR_TYPE = "error.type"
+ATTR_ROUTE = "ttft_exporter.route"
+ATTR_TENANT = "ttft_exporter.tenant"
+ATTR_OUTCOME = "ttft_exporter.outcome"
+ATTR_TIME_TO_FIRST_ANSWER = "ttft_exporter.time_to_first_answer_token"
+ATTR_STALL = "ttft_exporter.stream_stall"
+ATTR_PHASE_PREFIX = "ttft_exporter.phase."  # + phase name, seconds
+
+#: Span events at the phase boundaries, each at its real time (no per-chunk events).
+SPAN_EVENTS: tuple[str, ...] = ("dispatched", "connected", "sent", "headers", "first_token",
+                                "first_answer_token", "last_token")
