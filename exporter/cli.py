@@ -22,10 +22,20 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from . import push
+    from .aggregator import Aggregator
+    from .server import create_app
+
+    push.disable()  # the aggregator's recorder holds the merged totals: never drain it
     config = runtime.configure(args.config)
     addr = args.addr or config.server.addr
     port = args.port if args.port is not None else config.server.port
-    serve_until_signalled(addr, port)
+    aggregator = Aggregator(config, runtime.state().recorder)  # restores the snapshot, if any
+    if not aggregator.push_token and addr not in ("127.0.0.1", "::1", "localhost"):
+        print(f"ttft-exporter serve: /push accepts unauthenticated pushes on {addr}; set "
+              f"aggregator.push_token_file", file=sys.stderr)
+    serve_until_signalled(addr, port, create_app(aggregator=aggregator),
+                          aggregator.ssl_context())
     return 0
 
 
@@ -47,7 +57,8 @@ def _generate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ttft-exporter", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("serve", help="serve /metrics in the foreground until SIGTERM")
+    p = sub.add_parser("serve", help="serve /metrics (and /push from worker processes) in the "
+                                     "foreground until SIGTERM")
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
     p.add_argument("--addr", help="bind address (default from config: 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default from config: 9469)")

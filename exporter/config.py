@@ -125,6 +125,47 @@ class AlertingConfig:
 
 
 @dataclass(frozen=True)
+class PushConfig:
+    """Worker side of multi-process mode: how deltas reach `push_url` (`ttft-exporter serve`).
+
+    Push is on when `push_url` (or the env var TTFT_EXPORTER_PUSH_URL) is set. The bearer token
+    is read from `token_file`, else from the env var TTFT_EXPORTER_PUSH_TOKEN.
+    """
+
+    interval_seconds: float = 5.0
+    timeout_seconds: float = 5.0  # one HTTP attempt
+    exit_timeout_seconds: float = 3.0  # at exit, retry the unacknowledged deltas this long
+    #: Unacknowledged deltas kept (encoded bytes); past it the oldest is dropped and counted.
+    max_pending_bytes: int = 16 * 2**20
+    token_file: str = ""
+    ca_file: str = ""  # https push_url: trust this CA bundle (default: the system's)
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    """`ttft-exporter serve` as the aggregator: /push, snapshot, /metrics auth and TLS.
+
+    /push requires `Authorization: Bearer <token>` when `push_token_file` (or the env var
+    TTFT_EXPORTER_PUSH_TOKEN) gives a token. /metrics requires a bearer token
+    (`metrics_token_file`) or basic auth (`metrics_username` + `metrics_password_file`) when set.
+    """
+
+    push_token_file: str = ""
+    max_body_bytes: int = 8 * 2**20  # compressed /push body
+    max_decompressed_bytes: int = 64 * 2**20
+    #: A worker's gauges are dropped when it has not pushed for this long (0: 3 × its interval).
+    gauge_ttl_seconds: float = 0.0
+    max_workers: int = 10_000  # (worker id, last seq) entries kept for idempotent retries
+    snapshot_path: str = ""  # empty: no snapshot (a restart starts counting from zero)
+    snapshot_interval_seconds: float = 30.0
+    metrics_token_file: str = ""
+    metrics_username: str = ""
+    metrics_password_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = ServerConfig()
     labels: LabelConfig = LabelConfig()
@@ -134,6 +175,8 @@ class Config:
     slos: tuple[SLO, ...] = (SLO(),)
     push_url: str = ""
     alerting: AlertingConfig = AlertingConfig()
+    push: PushConfig = PushConfig()
+    aggregator: AggregatorConfig = AggregatorConfig()
 
     def slo_thresholds(self) -> tuple[float, ...]:
         """Every SLO threshold in seconds: each must be a bucket boundary."""
@@ -156,7 +199,8 @@ class Config:
 
 _SECTIONS: dict[str, type] = {
     "server": ServerConfig, "labels": LabelConfig, "histograms": HistogramConfig,
-    "window": WindowConfig, "alerting": AlertingConfig,
+    "window": WindowConfig, "alerting": AlertingConfig, "push": PushConfig,
+    "aggregator": AggregatorConfig,
 }
 
 
@@ -353,6 +397,7 @@ def _check(config: Config, errors: list[tuple[str, str]]) -> None:
     _check_alerting(config.alerting, errors)
     if config.push_url and not config.push_url.startswith(("http://", "https://")):
         errors.append(("push_url", "must be an http:// or https:// URL"))
+    _check_push(config.push, config.aggregator, errors)
 
 
 def _check_alerting(al: AlertingConfig, errors: list[tuple[str, str]]) -> None:
@@ -375,6 +420,36 @@ def _check_alerting(al: AlertingConfig, errors: list[tuple[str, str]]) -> None:
     if not re.fullmatch(r"[1-9][0-9]*[smhd]", al.dashboard_refresh):
         errors.append(("alerting.dashboard_refresh", f"must be a Grafana interval such as 30s "
                                                      f"or 1m, got {al.dashboard_refresh!r}"))
+
+
+def _check_push(push: PushConfig, agg: AggregatorConfig, errors: list[tuple[str, str]]) -> None:
+    """Numbers of the push and aggregator sections; files are checked when serve starts."""
+    for key in ("interval_seconds", "timeout_seconds"):
+        if not 0 < getattr(push, key) <= 3600:
+            errors.append((f"push.{key}", "must be positive and at most 3600"))
+    if not 0 <= push.exit_timeout_seconds <= 60:
+        errors.append(("push.exit_timeout_seconds", "must be between 0 and 60"))
+    if push.max_pending_bytes < 2**16:
+        errors.append(("push.max_pending_bytes", "must be at least 65536"))
+    if agg.max_body_bytes < 2**10:
+        errors.append(("aggregator.max_body_bytes", "must be at least 1024"))
+    if agg.max_decompressed_bytes < agg.max_body_bytes:
+        errors.append(("aggregator.max_decompressed_bytes", "must be at least max_body_bytes"))
+    if agg.gauge_ttl_seconds < 0:
+        errors.append(("aggregator.gauge_ttl_seconds", "must not be negative"))
+    if agg.max_workers < 1:
+        errors.append(("aggregator.max_workers", "must be at least 1"))
+    if agg.snapshot_interval_seconds <= 0:
+        errors.append(("aggregator.snapshot_interval_seconds", "must be positive"))
+    if bool(agg.tls_cert_file) != bool(agg.tls_key_file):
+        errors.append(("aggregator.tls_key_file" if agg.tls_cert_file else
+                       "aggregator.tls_cert_file", "TLS needs both tls_cert_file and tls_key_file"))
+    if bool(agg.metrics_username) != bool(agg.metrics_password_file):
+        errors.append(("aggregator.metrics_password_file" if agg.metrics_username else
+                       "aggregator.metrics_username",
+                       "basic auth needs both metrics_username and metrics_password_file"))
+    if ":" in agg.metrics_username:
+        errors.append(("aggregator.metrics_username", "must not contain ':'"))
 
 
 def _kind(value: Any) -> str:

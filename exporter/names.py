@@ -115,6 +115,28 @@ DROP_BAD_LABEL = "bad_label"
 DROP_INTERNAL = "internal_error"
 DROP_REASONS: tuple[str, ...] = (DROP_SERIES_LIMIT, DROP_BAD_VALUE, DROP_BAD_LABEL, DROP_INTERNAL)
 
+# Aggregator self-metrics (`ttft-exporter serve` receiving pushes from worker processes).
+SELF_PUSH_REJECTED = "ttft_exporter_push_rejected_total"  # {reason}
+SELF_PUSH_BATCHES = "ttft_exporter_push_batches_total"  # {result}
+SELF_PUSH_WORKERS = "ttft_exporter_push_workers"
+SELF_PUSH_LOST = "ttft_exporter_push_lost_batches_total"
+SELF_PUSH_FAILURES = "ttft_exporter_push_failures_total"
+SELF_SNAPSHOT_FAILURES = "ttft_exporter_snapshot_failures_total"
+AGGREGATOR_SELF_METRICS: tuple[str, ...] = (
+    SELF_PUSH_REJECTED, SELF_PUSH_BATCHES, SELF_PUSH_WORKERS, SELF_PUSH_LOST, SELF_PUSH_FAILURES,
+    SELF_SNAPSHOT_FAILURES)
+RESULT = "result"
+# Reasons a push is rejected (label ``reason`` of SELF_PUSH_REJECTED), and results of the others.
+REJECT_UNAUTHORIZED = "unauthorized"
+REJECT_TOO_LARGE = "too_large"
+REJECT_MALFORMED = "malformed"
+REJECT_INCOMPATIBLE = "incompatible"
+REJECT_REASONS: tuple[str, ...] = (REJECT_UNAUTHORIZED, REJECT_TOO_LARGE, REJECT_MALFORMED,
+                                   REJECT_INCOMPATIBLE)
+PUSH_APPLIED = "applied"
+PUSH_DUPLICATE = "duplicate"
+PUSH_RESULTS: tuple[str, ...] = (PUSH_APPLIED, PUSH_DUPLICATE)
+
 # --- OpenTelemetry GenAI names these map to (DESIGN §4) -------------------------------------------
 OTEL_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 OTEL_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"

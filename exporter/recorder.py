@@ -305,3 +305,103 @@ class Recorder:
             drops[names.DROP_BAD_LABEL] += self.guard.bad_labels
             return Counters(dict(self.requests), dict(self.in_flight), drops,
                             dict(self.guard.folds), self.series_count)
+
+    # --- multi-process push: worker drain, aggregator merge (exporter/push.py, aggregator.py) ----
+
+    def drain(self):  # -> push.Delta
+        """Worker side: take everything recorded since the previous drain, leaving zeros.
+
+        In push mode this recorder is a delta store (scrape the aggregator, not the worker). The
+        lock is held only for pointer swaps: each changed series gets a fresh histogram and the
+        taken one, with its pending batch, is folded afterwards on the caller's (the flusher's)
+        thread. The worker keeps no window slices: the aggregator windows what it receives.
+        """
+        from .push import Delta
+
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            taken = []
+            for series in dirty:
+                hist, pending, exemplars = series.hist, series.pending, series.exemplars
+                if pending or hist.count:
+                    series.hist = Histogram(series.state.layout)
+                    series.pending = []
+                    series.exemplars = None
+                    taken.append((series, hist, pending, exemplars))
+                series.slices = None
+            requests, self.requests = self.requests, {}
+            in_flight = {key: n for key, n in self.in_flight.items() if n}
+            dropped = {reason: n for reason, n in self.drops.items() if n}
+            for reason in dropped:
+                self.drops[reason] = 0
+            folds, self.guard.folds = self.guard.folds, {}
+            bad_labels, self.guard.bad_labels = self.guard.bad_labels, 0
+        if bad_labels:
+            dropped[names.DROP_BAD_LABEL] = dropped.get(names.DROP_BAD_LABEL, 0) + bad_labels
+        delta = Delta(requests=requests, in_flight=in_flight, tenant_folds=folds,
+                      dropped=dropped)
+        for series, hist, pending, exemplars in taken:
+            hist.record_many(pending)
+            key = (series.state.family.name, series.values)
+            delta.histograms[key] = hist
+            if exemplars:
+                delta.exemplars[key] = exemplars
+        return delta
+
+    def merge(self, delta, window: bool = True) -> None:  # delta: push.Delta
+        """Aggregator side: add a validated delta exactly (HDR add, straddles, sums, counters).
+
+        With `window`, the histograms also feed the current window slice (receive time). Gauges
+        are not touched here: the aggregator sums each worker's latest (`replace_in_flight`).
+        Series and counter rows beyond `labels.max_series` are dropped and counted.
+        """
+        keep = self.config.window.slices
+        slice_id = time.perf_counter_ns() // self.slice_ns
+        with self._lock:
+            for (name, values), hist in delta.histograms.items():
+                state = self.families[name]
+                series = self._series(state, values)
+                if series is None:
+                    continue
+                series.fold(keep)
+                series.hist.add(hist)
+                if window and state.windowed:
+                    slices = series.slices
+                    if slices is None:
+                        slices = series.slices = []
+                    if not slices or slices[-1][0] < slice_id:
+                        slices.append((slice_id, Histogram(state.layout)))
+                        del slices[:-keep]
+                    part = slices[-1][1]
+                    if not isinstance(part, Histogram):  # raw values: make it a histogram
+                        raw, part = part, Histogram(state.layout)
+                        part.record_many(raw)
+                        slices[-1] = (slices[-1][0], part)
+                    part.add(hist)
+                exemplars = delta.exemplars.get((name, values))
+                if exemplars:
+                    mine = series.exemplars
+                    if mine is None:
+                        mine = series.exemplars = {}
+                    for position, exemplar in exemplars.items():
+                        if position not in mine or mine[position][2] <= exemplar[2]:
+                            mine[position] = exemplar
+            requests = self.requests
+            for key, n in delta.requests.items():
+                if key in requests:
+                    requests[key] += n
+                elif len(requests) < self.config.labels.max_series:
+                    requests[key] = n
+                else:
+                    self.drops[names.DROP_SERIES_LIMIT] += 1
+            folds = self.guard.folds
+            for key, n in delta.tenant_folds.items():
+                if key in folds or len(folds) < self.config.labels.max_series:
+                    folds[key] = folds.get(key, 0) + n
+            for reason, n in delta.dropped.items():
+                self.drops[reason] = self.drops.get(reason, 0) + n
+
+    def replace_in_flight(self, totals: dict[tuple[str, str, str], int]) -> None:
+        """Aggregator side: the in-flight gauge is the sum of the live workers' latest values."""
+        with self._lock:
+            self.in_flight = dict(totals)

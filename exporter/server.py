@@ -3,6 +3,8 @@
 Content negotiation follows Prometheus: OpenMetrics when the scraper's Accept header asks for
 it (Prometheus 2.x does by default), the 0.0.4 text format otherwise; gzip when accepted.
 Rendering runs on the server's own thread so a scrape never runs on the caller's threads.
+With an `Aggregator` (`ttft-exporter serve`) the app also takes worker pushes on `/push`, serves
+the aggregator's self-metrics, and can require auth on `/metrics` (never on `/healthz`: probes).
 """
 
 from __future__ import annotations
@@ -11,13 +13,18 @@ import asyncio
 import gzip
 import signal
 import socket
+import ssl
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from aiohttp import web
 
+from . import push  # noqa: F401  (installs the worker push hook: push follows configure())
 from . import runtime
 from .exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Renderer
+
+if TYPE_CHECKING:
+    from .aggregator import Aggregator
 
 DEFAULT_PORT = 9469
 DEFAULT_ADDR = "127.0.0.1"
@@ -35,13 +42,21 @@ def wants_openmetrics(accept: str) -> bool:
     return False
 
 
-def create_app(renderer: Callable[[], Renderer] | None = None) -> web.Application:
+def create_app(renderer: Callable[[], Renderer] | None = None,
+               aggregator: "Aggregator | None" = None) -> web.Application:
     """The exporter's HTTP app; `renderer` defaults to the process-wide one (runtime.state())."""
     get_renderer = renderer or (lambda: runtime.state().renderer)
 
     async def metrics(request: web.Request) -> web.Response:
+        if aggregator is not None and not aggregator.metrics_authorized(
+                request.headers.get("Authorization", "")):
+            return web.Response(status=401, text="unauthorized\n", headers={
+                "WWW-Authenticate": aggregator.metrics_challenge()})
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         body = get_renderer().render(openmetrics)
+        if aggregator is not None:  # its self-metrics go before OpenMetrics' "# EOF"
+            extra = aggregator.render(openmetrics)
+            body = body[:-6] + extra + body[-6:] if openmetrics else body + extra
         headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else
                    TEXT_CONTENT_TYPE}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
@@ -55,14 +70,19 @@ def create_app(renderer: Callable[[], Renderer] | None = None) -> web.Applicatio
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    if aggregator is not None:
+        app.router.add_post(push.PUSH_PATH, aggregator.handle_push)
+        app.cleanup_ctx.append(aggregator.background)
     return app
 
 
 class ExporterServer:
     """The exporter app running on its own event loop in a daemon thread."""
 
-    def __init__(self, app: web.Application, addr: str, port: int):
+    def __init__(self, app: web.Application, addr: str, port: int,
+                 ssl_context: ssl.SSLContext | None = None):
         self._app = app
+        self._ssl = ssl_context
         self._addr = addr
         self._requested_port = port
         self.port = 0
@@ -75,7 +95,7 @@ class ExporterServer:
     @property
     def url(self) -> str:
         host = f"[{self._addr}]" if ":" in self._addr else self._addr
-        return f"http://{host}:{self.port}/metrics"
+        return f"{'https' if self._ssl else 'http'}://{host}:{self.port}/metrics"
 
     def start(self) -> "ExporterServer":
         self._thread.start()
@@ -103,7 +123,7 @@ class ExporterServer:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self._addr, self._requested_port))
-        site = web.SockSite(self._runner, sock)
+        site = web.SockSite(self._runner, sock, ssl_context=self._ssl)
         await site.start()
         self.port = sock.getsockname()[1]
 
@@ -123,7 +143,8 @@ def start_http_server(port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR) -> Exp
     return ExporterServer(create_app(), addr, port).start()
 
 
-def serve_until_signalled(addr: str, port: int) -> None:
+def serve_until_signalled(addr: str, port: int, app: web.Application | None = None,
+                          ssl_context: ssl.SSLContext | None = None) -> None:
     """Serve in the foreground until SIGINT or SIGTERM, then stop cleanly.
 
     Prints the real URL (port 0 picks a free port) so scripts and tests can find it.
@@ -131,7 +152,7 @@ def serve_until_signalled(addr: str, port: int) -> None:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    server = start_http_server(port=port, addr=addr)
+    server = ExporterServer(app or create_app(), addr, port, ssl_context).start()
     print(f"ttft-exporter serving {server.url}", flush=True)
     try:
         while not stop.wait(1.0):

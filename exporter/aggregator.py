@@ -1,0 +1,498 @@
+"""`ttft-exporter serve` as the aggregator: many worker processes, one exact scrape target.
+
+Workers (exporter/push.py) POST deltas to `/push`. Each body is validated completely before
+anything is applied (`push.decode`), so a bad push changes nothing; it is answered with a 4xx
+and counted in `ttft_exporter_push_rejected_total{reason}`: `unauthorized` (401: bearer token
+missing or wrong, compared in constant time), `too_large` (413: over `max_body_bytes`, or
+inflating past `max_decompressed_bytes`), `malformed` (400), `incompatible` (409: another
+format version or histogram layout). A valid push is merged exactly into the process's recorder
+(HDR add with the straddle counts and exact sums; window slices fed at receive time; counters
+added) unless its (worker, seq) was already applied: then it is acknowledged and ignored, which
+makes the workers' retries idempotent. The in-flight gauge is the sum of each live worker's latest
+value; a worker's gauges expire when it stops pushing (`gauge_ttl_seconds`, default 3 × its
+interval) or at once when its last push says `final`.
+
+Restart safety, with `snapshot_path`: every applied push is appended to a journal
+(`<snapshot_path>.journal`) before it is acknowledged, and the whole state (histograms, counters,
+the applied (worker, seq) map, the self-metrics) is written atomically (temporary file, fsync,
+rename) every `snapshot_interval_seconds` and at shutdown, after which the journal is emptied. At
+start the snapshot is loaded and the journal replayed (duplicates skipped by seq), so a SIGTERM or
+even a SIGKILL loses no acknowledged push and Prometheus sees no counter reset; a push that was
+not acknowledged is still held by its worker, which resends it. The sliding windows are not
+saved: they refill within `window.seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import logging
+import os
+import ssl
+import struct
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from . import names, push
+from .config import Config, ConfigError
+from .exposition import _render_family
+from .recorder import Recorder
+
+log = logging.getLogger("exporter.aggregator")
+
+SNAPSHOT_WORKER = "snapshot"
+#: Gauges of a worker that gave no interval expire after this long at least.
+MIN_GAUGE_TTL = 10.0
+_RECORD = struct.Struct(">I")
+
+_HELP = {
+    names.SELF_PUSH_REJECTED: "Pushes rejected by this aggregator, by reason.",
+    names.SELF_PUSH_BATCHES: "Pushes accepted: applied, or duplicate (a retry already applied).",
+    names.SELF_PUSH_WORKERS: "Worker processes whose gauges are live (pushed recently).",
+    names.SELF_PUSH_LOST: "Batches workers dropped unacknowledged (queue bound or rejected).",
+    names.SELF_PUSH_FAILURES: "Failed push attempts reported by the workers (later retried).",
+    names.SELF_SNAPSHOT_FAILURES: "State snapshots or journal writes that failed.",
+}
+
+
+def read_secret(path: str, key: str) -> str:
+    """The stripped content of a secret file named in the config; ConfigError when unusable."""
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise ConfigError("config", [(key, f"cannot read {path}: {e.strerror or e}")]) from None
+    if not value:
+        raise ConfigError("config", [(key, f"{path} is empty")])
+    return value
+
+
+class Aggregator:
+    """Receives worker pushes into `recorder` (the process-wide one in `ttft-exporter serve`)."""
+
+    def __init__(self, config: Config, recorder: Recorder,
+                 clock: Callable[[], float] = time.monotonic):
+        agg = config.aggregator
+        self.config = config
+        self.recorder = recorder
+        self.clock = clock
+        self.push_token = (read_secret(agg.push_token_file, "aggregator.push_token_file")
+                           if agg.push_token_file else
+                           os.environ.get(push.ENV_TOKEN, "").strip())
+        self.metrics_token = (read_secret(agg.metrics_token_file, "aggregator.metrics_token_file")
+                              if agg.metrics_token_file else "")
+        self.metrics_basic: tuple[str, str] | None = None
+        if agg.metrics_username:
+            self.metrics_basic = (agg.metrics_username, read_secret(
+                agg.metrics_password_file, "aggregator.metrics_password_file"))
+        self.rejected = {reason: 0 for reason in names.REJECT_REASONS}
+        self.batches = {result: 0 for result in names.PUSH_RESULTS}
+        self.lost_batches = 0
+        self.push_failures = 0
+        self.snapshot_failures = 0
+        #: worker id -> last applied seq, least recently pushed first (bounded: max_workers)
+        self.applied: dict[str, int] = {}
+        #: worker id -> (expiry on `clock`, its latest in-flight values)
+        self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
+        self._tenants: dict[tuple[str, str], set[str]] = {}
+        self._tenant_pos = {name: (state.label_names.index(names.MODEL),
+                                   state.label_names.index(names.ROUTE),
+                                   state.label_names.index(names.TENANT))
+                            for name, state in recorder.families.items() if state.has_tenant}
+        self.snapshot_path = agg.snapshot_path
+        self.journal_path = agg.snapshot_path + ".journal" if agg.snapshot_path else ""
+        self._journal: int | None = None
+        self._last_snapshot = clock()
+        if self.snapshot_path:
+            self.restore()
+            self._journal = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                                    0o600)
+
+    # --- auth ---------------------------------------------------------------------------------
+
+    def push_authorized(self, authorization: str) -> bool:
+        if not self.push_token:
+            return True
+        return _bearer_matches(authorization, self.push_token)
+
+    def metrics_authorized(self, authorization: str) -> bool:
+        if not self.metrics_token and self.metrics_basic is None:
+            return True
+        if self.metrics_token and _bearer_matches(authorization, self.metrics_token):
+            return True
+        if self.metrics_basic is not None and authorization[:6].lower() == "basic ":
+            try:
+                user, _, password = base64.b64decode(authorization[6:].strip(), validate=True
+                                                     ).decode("utf-8").partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+            want_user, want_password = self.metrics_basic
+            user_ok = hmac.compare_digest(user.encode(), want_user.encode())
+            return hmac.compare_digest(password.encode(), want_password.encode()) and user_ok
+        return False
+
+    def metrics_challenge(self) -> str:
+        return 'Basic realm="ttft-exporter"' if self.metrics_basic else \
+            'Bearer realm="ttft-exporter"'
+
+    # --- receiving ------------------------------------------------------------------------------
+
+    def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Validate and apply one (authorized, size-checked) push body: (HTTP status, answer)."""
+        try:
+            delta = push.decode(body, self.recorder,
+                                max_inflated=self.config.aggregator.max_decompressed_bytes)
+        except push.PushError as e:
+            return self.reject(e.reason, e.detail)
+        applied = self.apply(delta)
+        if applied:
+            self._journal_append(body)
+        return 200, {"applied": applied, "seq": delta.seq}
+
+    def reject(self, reason: str, detail: str) -> tuple[int, dict[str, Any]]:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        status = {names.REJECT_UNAUTHORIZED: 401, names.REJECT_TOO_LARGE: 413,
+                  names.REJECT_INCOMPATIBLE: 409}.get(reason, 400)
+        return status, {"error": reason, "detail": detail}
+
+    def apply(self, delta: push.Delta, window: bool = True) -> bool:
+        """Merge a validated delta unless its (worker, seq) was applied; True when merged."""
+        worker = delta.worker
+        last = self.applied.get(worker)
+        if last is not None and delta.seq <= last:
+            self.batches[names.PUSH_DUPLICATE] += 1
+            return False
+        self._cap_tenants(delta)
+        self.recorder.merge(delta, window=window)
+        self.applied.pop(worker, None)
+        self.applied[worker] = delta.seq
+        while len(self.applied) > self.config.aggregator.max_workers:
+            del self.applied[next(iter(self.applied))]
+        if window:  # live pushes (not a replay at start) carry the worker's current gauges
+            if delta.final:
+                self.gauges.pop(worker, None)
+            else:
+                ttl = self.config.aggregator.gauge_ttl_seconds or max(3 * delta.interval,
+                                                                      MIN_GAUGE_TTL)
+                self.gauges[worker] = (self.clock() + ttl, delta.in_flight)
+            self._publish_gauges()
+        self.lost_batches += delta.lost_batches
+        self.push_failures += delta.push_failures
+        self.batches[names.PUSH_APPLIED] += 1
+        return True
+
+    def _cap_tenants(self, delta: push.Delta) -> None:
+        """Workers cap tenants each on their own: cap their union per (model, route) again."""
+        limit = self.config.labels.max_tenants
+        tenants = self._tenants
+
+        def capped(model: str, route: str, tenant: str) -> str:
+            seen = tenants.get((model, route))
+            if seen is None:
+                seen = tenants[(model, route)] = set()
+            if tenant in seen or tenant == names.OTHER_TENANT:
+                return tenant
+            if len(seen) < limit:
+                seen.add(tenant)
+                return tenant
+            return names.OTHER_TENANT
+
+        moved: list[tuple[tuple[str, tuple[str, ...]], tuple[str, ...]]] = []
+        for key in delta.histograms:
+            pos = self._tenant_pos.get(key[0])
+            if pos is not None:
+                values = key[1]
+                tenant = capped(values[pos[0]], values[pos[1]], values[pos[2]])
+                if tenant != values[pos[2]]:
+                    moved.append((key, values[:pos[2]] + (tenant,) + values[pos[2] + 1:]))
+        for key, values in moved:
+            hist = delta.histograms.pop(key)
+            exemplars = delta.exemplars.pop(key, None)
+            new_key = (key[0], values)
+            if new_key in delta.histograms:
+                delta.histograms[new_key].add(hist)
+            else:
+                delta.histograms[new_key] = hist
+            if exemplars:
+                delta.exemplars.setdefault(new_key, {}).update(exemplars)
+        folded = [(key, capped(key[0], key[3], key[4])) for key in delta.requests]
+        for key, tenant in folded:
+            if tenant != key[4]:
+                n = delta.requests.pop(key)
+                new_key = key[:4] + (tenant,)
+                delta.requests[new_key] = delta.requests.get(new_key, 0) + n
+                fold_key = (key[0], key[3])
+                delta.tenant_folds[fold_key] = delta.tenant_folds.get(fold_key, 0) + n
+
+    def _publish_gauges(self) -> None:
+        totals: dict[tuple[str, ...], int] = {}
+        for _, values in self.gauges.values():
+            for key, n in values.items():
+                totals[key] = totals.get(key, 0) + n
+        self.recorder.replace_in_flight(totals)  # type: ignore[arg-type]
+
+    def expire(self) -> None:
+        """Drop the gauges of workers that stopped pushing."""
+        now = self.clock()
+        dead = [w for w, (expires, _) in self.gauges.items() if expires < now]
+        for worker in dead:
+            del self.gauges[worker]
+        if dead:
+            self._publish_gauges()
+
+    # --- HTTP -----------------------------------------------------------------------------------
+
+    async def handle_push(self, request: web.Request) -> web.Response:
+        """POST /push."""
+        try:
+            if not self.push_authorized(request.headers.get("Authorization", "")):
+                status, answer = self.reject(names.REJECT_UNAUTHORIZED,
+                                             "missing or wrong bearer token")
+                return web.json_response(answer, status=status, headers={
+                    "WWW-Authenticate": 'Bearer realm="ttft-exporter"'})
+            limit = self.config.aggregator.max_body_bytes
+            if request.content_length is not None and request.content_length > limit:
+                status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                             f"body over {limit} bytes")
+                return web.json_response(answer, status=status)
+            chunks, size = [], 0
+            async for chunk in request.content.iter_chunked(1 << 16):
+                size += len(chunk)
+                if size > limit:
+                    status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                                 f"body over {limit} bytes")
+                    return web.json_response(answer, status=status)
+                chunks.append(chunk)
+            status, answer = self.accept(b"".join(chunks))
+            return web.json_response(answer, status=status)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            raise
+        except Exception:  # a bug must not take the aggregator down, nor half-apply silently
+            log.exception("ttft-exporter aggregator: push failed")
+            return web.json_response({"error": "internal"}, status=500)
+
+    async def background(self, app: web.Application) -> AsyncIterator[None]:
+        """aiohttp cleanup context: expiry and snapshots while serving, a snapshot at the end."""
+        task = asyncio.create_task(self._ticks())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        self.close()
+
+    async def _ticks(self) -> None:
+        interval = self.config.aggregator.snapshot_interval_seconds
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.expire()
+                if self.snapshot_path and self.clock() - self._last_snapshot >= interval:
+                    self.snapshot()
+            except Exception:
+                log.exception("ttft-exporter aggregator: background task failed")
+
+    def close(self) -> None:
+        """Write the last snapshot and close the journal (idempotent)."""
+        if self.snapshot_path and self._journal is not None:
+            self.snapshot()
+            os.close(self._journal)
+            self._journal = None
+
+    # --- self-metrics ---------------------------------------------------------------------------
+
+    def families(self) -> list[Metric]:
+        rejected = CounterMetricFamily(names.SELF_PUSH_REJECTED,
+                                       _HELP[names.SELF_PUSH_REJECTED], labels=[names.REASON])
+        for reason, n in self.rejected.items():
+            rejected.add_metric([reason], n)
+        batches = CounterMetricFamily(names.SELF_PUSH_BATCHES, _HELP[names.SELF_PUSH_BATCHES],
+                                      labels=[names.RESULT])
+        for result, n in self.batches.items():
+            batches.add_metric([result], n)
+        return [
+            rejected, batches,
+            GaugeMetricFamily(names.SELF_PUSH_WORKERS, _HELP[names.SELF_PUSH_WORKERS],
+                              value=len(self.gauges)),
+            CounterMetricFamily(names.SELF_PUSH_LOST, _HELP[names.SELF_PUSH_LOST],
+                                value=self.lost_batches),
+            CounterMetricFamily(names.SELF_PUSH_FAILURES, _HELP[names.SELF_PUSH_FAILURES],
+                                value=self.push_failures),
+            CounterMetricFamily(names.SELF_SNAPSHOT_FAILURES,
+                                _HELP[names.SELF_SNAPSHOT_FAILURES], value=self.snapshot_failures),
+        ]
+
+    def render(self, openmetrics: bool) -> bytes:
+        """The self-metrics, in the format of the rest of the scrape."""
+        return "".join(_render_family(f, openmetrics) for f in self.families()).encode("utf-8")
+
+    # --- snapshot and journal -------------------------------------------------------------------
+
+    def state_document(self) -> dict[str, Any]:
+        """Everything that must survive a restart, as one delta-format document plus extras."""
+        rec = self.recorder
+        delta = push.Delta(worker=SNAPSHOT_WORKER, final=True)
+        for state in rec.families.values():
+            for series, hist, exemplars in rec.snapshot(state):
+                if hist.count:
+                    key = (state.family.name, series.values)
+                    delta.histograms[key] = hist
+                    if exemplars:
+                        delta.exemplars[key] = exemplars
+        counters = rec.counters()
+        delta.requests = counters.requests
+        delta.tenant_folds = counters.folds
+        delta.dropped = counters.drops
+        doc = push.payload(delta, push.layouts_of(rec))
+        doc["applied"] = [[worker, seq] for worker, seq in self.applied.items()]
+        doc["self"] = {"rejected": self.rejected, "batches": self.batches,
+                       "lost_batches": self.lost_batches, "push_failures": self.push_failures,
+                       "snapshot_failures": self.snapshot_failures}
+        doc["written"] = time.time()
+        return doc
+
+    def snapshot(self) -> bool:
+        """Write the state atomically, then empty the journal; False (counted) on failure."""
+        self._last_snapshot = self.clock()
+        path = Path(self.snapshot_path)
+        tmp = None
+        try:
+            data = zlib.compress(json.dumps(self.state_document(), separators=(",", ":")
+                                            ).encode("utf-8"), 6)
+            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp",
+                                       dir=str(path.parent))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            tmp = None
+            _fsync_dir(path.parent)
+            if self._journal is not None:
+                os.ftruncate(self._journal, 0)
+            return True
+        except OSError as e:
+            self.snapshot_failures += 1
+            log.warning("ttft-exporter aggregator: cannot write snapshot %s: %s", path,
+                        e.strerror or e)
+            return False
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+
+    def restore(self) -> None:
+        """Load the snapshot and replay the journal (at start, before serving)."""
+        path = Path(self.snapshot_path)
+        if path.exists():
+            try:
+                raw = push.inflate(path.read_bytes(), 1 << 34)
+                doc = json.loads(raw)
+                delta = push.from_payload(doc, self.recorder)
+                applied = _applied_map(doc.get("applied"))
+                extra = doc.get("self") if isinstance(doc.get("self"), dict) else {}
+            except (OSError, ValueError) as e:
+                aside = path.with_name(path.name + ".unreadable")
+                log.warning("ttft-exporter aggregator: snapshot %s not restored (%s); moved to "
+                            "%s, starting from zero", path, e, aside)
+                with contextlib.suppress(OSError):
+                    os.replace(path, aside)
+            else:
+                self.apply(delta, window=False)
+                self.applied = applied
+                self.batches[names.PUSH_APPLIED] -= 1  # the snapshot itself is no push
+                for name, target in (("rejected", self.rejected), ("batches", self.batches)):
+                    for key, n in (extra.get(name) or {}).items():
+                        if key in target and type(n) is int and n >= 0:
+                            target[key] += n
+                for name in ("lost_batches", "push_failures", "snapshot_failures"):
+                    n = extra.get(name)
+                    if type(n) is int and n >= 0:
+                        setattr(self, name, getattr(self, name) + n)
+        journal = Path(self.journal_path)
+        if journal.exists():
+            replayed = 0
+            data = journal.read_bytes()
+            pos = 0
+            while pos + _RECORD.size <= len(data):
+                (size,) = _RECORD.unpack_from(data, pos)
+                body = data[pos + _RECORD.size:pos + _RECORD.size + size]
+                if len(body) < size:
+                    break  # a record cut by a crash: it was never acknowledged
+                pos += _RECORD.size + size
+                try:
+                    delta = push.decode(body, self.recorder, max_inflated=1 << 34)
+                except push.PushError as e:
+                    log.warning("ttft-exporter aggregator: journal record skipped: %s", e)
+                    continue
+                replayed += self.apply(delta, window=False)
+            if replayed:
+                log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
+                            journal)
+
+    def _journal_append(self, body: bytes) -> None:
+        if self._journal is None:
+            return
+        try:
+            os.write(self._journal, _RECORD.pack(len(body)) + body)
+        except OSError as e:
+            self.snapshot_failures += 1
+            log.warning("ttft-exporter aggregator: cannot append to %s: %s", self.journal_path,
+                        e.strerror or e)
+
+    # --- TLS ------------------------------------------------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context from `tls_cert_file`/`tls_key_file`, or None for plain HTTP."""
+        return server_ssl_context(self.config)
+
+
+def server_ssl_context(config: Config) -> ssl.SSLContext | None:
+    agg = config.aggregator
+    if not agg.tls_cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(agg.tls_cert_file, agg.tls_key_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError("config", [("aggregator.tls_cert_file",
+                                      f"cannot load {agg.tls_cert_file} and "
+                                      f"{agg.tls_key_file}: {getattr(e, 'strerror', None) or e}")]
+                          ) from None
+    return context
+
+
+def _bearer_matches(authorization: str, token: str) -> bool:
+    scheme, _, given = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                              token.encode())
+
+
+def _applied_map(value: Any) -> dict[str, int]:
+    if not isinstance(value, list):
+        raise ValueError("applied map missing")
+    out: dict[str, int] = {}
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                and type(item[1]) is int):
+            raise ValueError("applied map entry is not [worker, seq]")
+        out[item[0]] = item[1]
+    return out
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(str(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
