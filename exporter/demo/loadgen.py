@@ -2,21 +2,21 @@
 
 Arrivals are Poisson at `rate` calls per second; tenants are picked with Zipf-like popularity
 (a few busy tenants, a long tail that goes idle long enough for its prompt cache to go cold);
-each route has its own prompt size. Each call streams an OpenAI chat completion over aiohttp
-and is measured with the manual API (`exporter.track`), one `call.token()` per token event:
-role-only and usage-only chunks are framing, not tokens (DESIGN §4).
+each route has its own prompt size. Each call streams through a real SDK, measured by
+`exporter.instrument()` as a service would be: most calls are OpenAI chat completions
+(`openai.AsyncOpenAI`), a share are Anthropic messages (`anthropic.AsyncAnthropic`), both
+against the demo provider, with `exporter.labels(route=..., tenant=...)` around each call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from dataclasses import dataclass
-
-import aiohttp
+from typing import Any
 
 import exporter
+from exporter.shim import instrument as _instrument
 
 from .provider import INPUT_TOKENS_HEADER, TENANT_HEADER
 
@@ -25,6 +25,8 @@ MODELS = {"llama-3-8b": 0.5, "gpt-4.1": 0.35, "deepseek-r1": 0.15}
 #: route -> typical prompt size in tokens (a chat turn, a RAG search answer, a long summary).
 ROUTES = {"chat": 600, "search": 3000, "summarize": 12000}
 TENANTS = tuple(f"tenant-{i:02d}" for i in range(19)) + ("tenant-noisy",)
+#: Share of the calls made with the anthropic SDK (Messages API); the rest use openai.
+ANTHROPIC_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,8 @@ class LoadShape:
 
 
 class LoadGenerator:
-    """Drives the provider at `base_url` until `stop()`; every call goes through `track()`."""
+    """Drives the provider at `base_url` until `stop()`; the SDK calls are measured by
+    `exporter.instrument()` (undone at the end when `run()` was the one to instrument)."""
 
     def __init__(self, base_url: str, shape: LoadShape = LoadShape()):
         self.base_url = base_url.rstrip("/")
@@ -51,12 +54,22 @@ class LoadGenerator:
 
     async def run(self, duration: float | None = None) -> None:
         """Issue calls until `stop()` or `duration` seconds, then cancel those still in flight."""
+        import anthropic
+        import openai
+
+        owned = not _instrument.instrumented()
+        exporter.instrument()
         limit = asyncio.Semaphore(self.shape.max_in_flight)
         tasks: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
         deadline = None if duration is None else loop.time() + duration
-        timeout = aiohttp.ClientTimeout(total=120, sock_read=60)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        clients = (
+            openai.AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="demo", max_retries=0,
+                               timeout=120.0),
+            anthropic.AsyncAnthropic(base_url=self.base_url, api_key="demo", max_retries=0,
+                                     timeout=120.0),
+        )
+        try:
             while not self._stopping.is_set():
                 if deadline is not None and loop.time() >= deadline:
                     break
@@ -68,13 +81,18 @@ class LoadGenerator:
                 if self._stopping.is_set() or limit.locked():
                     continue
                 await limit.acquire()
-                task = asyncio.create_task(self._one(session))
+                task = asyncio.create_task(self._one(*clients))
                 tasks.add(task)
                 task.add_done_callback(lambda t: (tasks.discard(t), limit.release()))
             for task in tasks:
                 task.cancel()  # recorded as cancelled, as a real client shutting down would be
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            for client in clients:
+                await client.close()
+            if owned:
+                exporter.uninstrument()
 
     def _pick(self) -> tuple[str, str, str, int]:
         rng = self._rng
@@ -86,44 +104,27 @@ class LoadGenerator:
         input_tokens = max(16, int(rng.lognormvariate(0, 0.5) * ROUTES[route]))
         return model, route, tenant, input_tokens
 
-    async def _one(self, session: aiohttp.ClientSession) -> None:
+    async def _one(self, openai_client: Any, anthropic_client: Any) -> None:
         model, route, tenant, input_tokens = self._pick()
-        body = {"model": model, "stream": True, "stream_options": {"include_usage": True},
-                "messages": [{"role": "user", "content": f"{route} request"}]}
+        use_anthropic = self._rng.random() < ANTHROPIC_SHARE
+        messages = [{"role": "user", "content": f"{route} request"}]
         headers = {TENANT_HEADER: tenant, INPUT_TOKENS_HEADER: str(input_tokens)}
         self.calls += 1
         try:
             with exporter.labels(route=route, tenant=tenant):
-                with exporter.track(model=model, provider="demo") as call:
-                    await stream_chat(session, f"{self.base_url}/v1/chat/completions", body,
-                                      headers, call)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+                if use_anthropic:
+                    async with anthropic_client.messages.stream(
+                            model=model, max_tokens=1024, messages=messages,
+                            extra_headers=headers) as stream:
+                        async for _ in stream:
+                            pass
+                else:
+                    stream = await openai_client.chat.completions.create(
+                        model=model, messages=messages, stream=True,
+                        stream_options={"include_usage": True}, extra_headers=headers)
+                    async for _ in stream:
+                        pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # an SDK error (status, connection, timeout): counted, as a client would
             self.errors += 1
-
-
-async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict, headers: dict,
-                      call) -> None:
-    """Stream one chat completion over SSE, marking phases and token events on `call`."""
-    async with session.post(url, json=body, headers=headers) as response:
-        call.headers()  # aiohttp returns once the response headers are read
-        response.raise_for_status()
-        async for raw in response.content:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                break
-            chunk = json.loads(data)
-            usage = chunk.get("usage")
-            if usage:
-                details = usage.get("prompt_tokens_details") or {}
-                call.usage(input=usage.get("prompt_tokens"),
-                           output=usage.get("completion_tokens"),
-                           cached=details.get("cached_tokens"), model=chunk.get("model"))
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                if delta.get("reasoning_content"):
-                    call.token("reasoning")
-                elif delta.get("content") or delta.get("tool_calls"):
-                    call.token("content")
