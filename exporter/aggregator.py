@@ -259,6 +259,10 @@ class Aggregator:
                                              "missing or wrong bearer token")
                 return web.json_response(answer, status=status, headers={
                     "WWW-Authenticate": 'Bearer realm="ttft-exporter"'})
+            if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+                status, answer = self.reject(names.REJECT_MALFORMED, "the body is compressed "
+                                             "by the format: no Content-Encoding")
+                return web.json_response(answer, status=status)
             limit = self.config.aggregator.max_body_bytes
             if request.content_length is not None and request.content_length > limit:
                 status, answer = self.reject(names.REJECT_TOO_LARGE,

@@ -18,9 +18,10 @@ queue is bounded by `push.max_pending_bytes`: past it the oldest batch is droppe
 `push.exit_timeout_seconds`. After `fork()` the child starts afresh: a new recorder (the parent's
 data is the parent's to push), a new worker id, a new flusher.
 
-Wire format (version 1): `POST <push_url>/push`, `Content-Type: application/x-ttft-delta+json`,
-`Content-Encoding: deflate` (zlib; gzip is accepted too), `Authorization: Bearer <token>` when a
-token is configured. The body inflates to one JSON object:
+Wire format (version 1): `POST <push_url>/push`, `Content-Type: application/x-ttft-delta`,
+`Authorization: Bearer <token>` when a token is configured. The body is zlib-compressed (gzip is
+accepted too) by the format itself, not by a `Content-Encoding` (which would let HTTP servers
+inflate it before any size check; the aggregator refuses one), and inflates to one JSON object:
 
     {"format": "ttft-exporter-delta", "version": 1, "worker": "host/pid/random", "seq": 7,
      "interval": 5.0, "final": false,
@@ -75,7 +76,7 @@ ENV_URL = "TTFT_EXPORTER_PUSH_URL"
 ENV_TOKEN = "TTFT_EXPORTER_PUSH_TOKEN"
 FORMAT = "ttft-exporter-delta"
 VERSION = 1
-CONTENT_TYPE = "application/x-ttft-delta+json"
+CONTENT_TYPE = "application/x-ttft-delta"
 PUSH_PATH = "/push"
 
 #: HdrHistogram V2 encoding: cookie, payload length, normalizing index offset, significant
@@ -683,8 +684,7 @@ class Flusher:
 
     def _post(self, body: bytes) -> tuple[int, str]:
         """POST one body; (status, detail), status 0 for a connection error."""
-        headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": "deflate",
-                   "Content-Length": str(len(body))}
+        headers = {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(body))}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         for attempt in (0, 1):

@@ -1,0 +1,397 @@
+"""Worker side of push: the HDR wire codec, the recorder's drain, and the flusher's behaviour."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import socket
+import struct
+import threading
+import time
+import zlib
+from dataclasses import replace
+
+import pytest
+from hdrh.histogram import HdrHistogram
+
+import exporter
+from exporter import names, push, runtime
+from exporter.aggregator import Aggregator
+from exporter.config import Config, PushConfig
+from exporter.exposition import Renderer
+from exporter.histogram import Histogram, Layout
+from exporter.recorder import Recorder
+from exporter.server import ExporterServer, create_app
+from exporter.timeline import CallTimeline
+
+HOUR_US = 3_600_000_000
+
+
+def call(rec: Recorder, ttft_us: int, tenant: str = "t", model: str = "m",
+         outcome: str = "ok", trace_id: str | None = None) -> None:
+    t = CallTimeline(start=0, model=model, provider="p", route="r", tenant=tenant,
+                     trace_id=trace_id)
+    t.token(ttft_us * 1000)
+    t.token(ttft_us * 1000 + 2_000_000)
+    t.end = ttft_us * 1000 + 3_000_000
+    t.outcome = outcome
+    t.input_tokens, t.output_tokens = 100, 2
+    rec.record_call(t)
+
+
+# --- codec -----------------------------------------------------------------------------------
+
+def sample_hist(seed: int = 1, n: int = 3000) -> Histogram:
+    layout = Layout(HOUR_US, 2, [5_000, 2_000_000, 10_000_000])
+    rng = random.Random(seed)
+    h = Histogram(layout)
+    h.record_many([int(rng.lognormvariate(13, 1.5)) for _ in range(n)] + [0, 1, 2_000_000,
+                                                                         5 * HOUR_US])
+    return h
+
+
+def test_v2_encoding_is_read_by_the_reference_hdrhistogram():
+    h = sample_hist()
+    raw = push.encode_hist(h)
+    compressed = zlib.compress(raw)
+    wrapped = base64.b64encode(struct.pack(">II", 0x1C849314, len(compressed)) + compressed)
+    reference = HdrHistogram.decode(wrapped)
+    assert list(reference.counts) == list(h.to_hdrh().counts)
+    assert reference.total_count == h.count
+
+
+def test_reference_v2_encoding_decodes_to_the_same_counts():
+    h = sample_hist(2)
+    encoded = base64.b64decode(h.to_hdrh().encode())
+    decoded = push.decode_hist(h.layout, zlib.decompress(encoded[8:]))
+    assert list(decoded.nonzero()) == list(h.nonzero())
+    assert decoded.count == h.count
+
+
+def test_large_counts_use_nine_byte_varints_and_survive():
+    layout = Layout(HOUR_US, 2)
+    h = Histogram(layout)
+    h.record_many([1000, 2000])
+    big = Histogram(layout)
+    big._counts = __import__("array").array("Q", [2**62, 0, 0, 2**40])
+    big._lo = 500
+    big.count = 2**62 + 2**40
+    for hist in (h, big):
+        back = push.decode_hist(layout, push.encode_hist(hist))
+        assert list(back.nonzero()) == list(hist.nonzero()) and back.count == hist.count
+
+
+@pytest.mark.parametrize("cut", [1, 5, 39, 41])
+def test_truncated_or_corrupt_hdr_is_a_push_error(cut):
+    h = sample_hist(3)
+    raw = push.encode_hist(h)
+    with pytest.raises(push.PushError):
+        push.decode_hist(h.layout, raw[:-cut] if cut < 40 else raw[:cut])
+    with pytest.raises(push.PushError):
+        push.decode_hist(Layout(HOUR_US, 3), raw)  # another precision
+    bad_cookie = b"\x00" + raw[1:]
+    with pytest.raises(push.PushError):
+        push.decode_hist(h.layout, bad_cookie)
+
+
+def test_entry_carries_exact_sum_and_straddle_counts():
+    h = sample_hist(4)
+    entry = push.hist_entry("f", ("a",), h)
+    back = push._read_hist(h.layout, entry[2], entry[3], entry[4])
+    assert back.total == h.total and back.cumulative_at() == h.cumulative_at()
+    with pytest.raises(push.PushError):  # a sum its buckets cannot produce
+        push._read_hist(h.layout, entry[2], 0, entry[4])
+    with pytest.raises(push.PushError):  # a straddle count above its bucket
+        push._read_hist(h.layout, entry[2], entry[3], [[entry[4][0][0], h.count + 1]])
+
+
+# --- drain --------------------------------------------------------------------------------------
+
+def test_drain_takes_everything_once_and_leaves_zeros():
+    rec = Recorder()
+    for i in range(300):
+        call(rec, 1000 + 37 * i, tenant=f"t{i % 3}", trace_id=f"trace{i}")
+    started = rec.started("m", "p", "r")
+    delta = rec.drain()
+    assert sum(delta.requests.values()) == 300
+    ttft = {k: h for k, h in delta.histograms.items() if k[0] == names.TTFT.name}
+    assert sum(h.count for h in ttft.values()) == 300
+    assert delta.in_flight == {started: 1}
+    assert any(delta.exemplars.values())
+    again = rec.drain()
+    assert not again.histograms and not again.requests and again.in_flight == {started: 1}
+    call(rec, 5000)
+    third = rec.drain()
+    assert sum(h.count for k, h in third.histograms.items() if k[0] == names.TTFT.name) == 1
+
+
+def test_drain_is_one_short_lock_hold():
+    """The app's threads wait for pointer swaps only: the HDR folding runs after the lock."""
+    rec = Recorder()
+    for i in range(20_000):
+        call(rec, 1000 + i, tenant=f"t{i % 50}")
+    held = []
+    original = rec._lock
+
+    class Timed:
+        def __enter__(self):
+            original.acquire()
+            self.t = time.perf_counter()
+
+        def __exit__(self, *exc):
+            held.append(time.perf_counter() - self.t)
+            original.release()
+
+    rec._lock = Timed()
+    rec.drain()
+    rec._lock = original
+    assert len(held) == 1 and held[0] < 0.005
+
+
+# --- the flusher against a real aggregator -----------------------------------------------------
+
+class Aggregated:
+    """An in-process aggregator (`create_app` + `Aggregator`) on a loopback port."""
+
+    def __init__(self, config: Config | None = None, port: int = 0):
+        self.config = config or Config()
+        self.recorder = Recorder(self.config)
+        self.aggregator = Aggregator(self.config, self.recorder)
+        self.renderer = Renderer(self.recorder)
+        self.server = ExporterServer(create_app(lambda: self.renderer, self.aggregator),
+                                     "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{self.server.port}"
+
+    def calls(self) -> int:
+        return sum(self.recorder.counters().requests.values())
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_flusher_pushes_and_the_aggregator_counts_exactly():
+    agg = Aggregated()
+    try:
+        config = Config(push_url=agg.url)
+        rec = Recorder(config)
+        flusher = push.Flusher(agg.url, config, rec)
+        for i in range(100):
+            call(rec, 2000 + i)
+        assert flusher.flush()
+        for i in range(50):
+            call(rec, 9000 + i)
+        flusher.close(timeout=2)
+        assert agg.calls() == 150
+        assert agg.aggregator.batches[names.PUSH_APPLIED] == 2
+        assert flusher.worker not in agg.aggregator.gauges  # the last push said final
+    finally:
+        agg.stop()
+
+
+def test_unacknowledged_deltas_are_kept_merged_and_resent_in_order():
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    config = Config(push_url=url, push=PushConfig(timeout_seconds=1))
+    rec = Recorder(config)
+    flusher = push.Flusher(url, config, rec)
+    for round_ in range(5):  # aggregator down: the head stays, later drains merge into one tail
+        for i in range(10):
+            call(rec, 1000 * (round_ + 1) + i)
+        assert not flusher.flush()
+    assert flusher.pending() == 2
+    agg = Aggregated(port=port)
+    try:
+        assert flusher.flush()
+        assert agg.calls() == 50
+        assert agg.aggregator.batches[names.PUSH_APPLIED] == 2
+        assert agg.aggregator.push_failures == 5  # reported with the next push
+        ttft = agg.recorder.families[names.TTFT.name]
+        assert sum(s.hist.count for s in ttft.series.values()) == 50
+    finally:
+        flusher.close(timeout=0)
+        agg.stop()
+
+
+def test_a_retry_of_an_applied_batch_is_not_counted_twice():
+    agg = Aggregated()
+    try:
+        config = Config(push_url=agg.url)
+        rec = Recorder(config)
+        flusher = push.Flusher(agg.url, config, rec)
+        call(rec, 1234)
+        flusher._collect(final=False)
+        body = flusher._pending[0].body
+        for _ in range(3):  # the ack was lost: the worker sends the same batch again
+            assert flusher._post(body)[0] == 200
+        assert agg.calls() == 1
+        assert agg.aggregator.batches == {names.PUSH_APPLIED: 1, names.PUSH_DUPLICATE: 2}
+    finally:
+        agg.stop()
+
+
+def test_queue_bound_drops_the_oldest_and_counts_it():
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # bypass validation to make the bound tiny: every batch is over it
+    config = Config(push_url=url, push=PushConfig(timeout_seconds=1, max_pending_bytes=1))
+    rec = Recorder(config)
+    flusher = push.Flusher(url, config, rec)
+    for round_ in range(4):
+        call(rec, 1000 + round_)
+        flusher.flush()
+        flusher._pending[-1].attempted = True  # no merging: one batch per drain
+    assert flusher.pending() == 1  # only the newest is kept
+    # 3 dropped: the count travels with the next batches (and is re-added if they drop too)
+    assert flusher._lost + flusher._pending[0].delta.lost_batches == 3
+    agg = Aggregated(port=port)
+    try:
+        with flusher._lock:
+            flusher._send_pending()
+        assert agg.calls() == 1  # the newest batch's call
+        flusher.config = replace(config, push=PushConfig())
+        flusher.close(timeout=2)
+        assert agg.aggregator.lost_batches == 3
+    finally:
+        agg.stop()
+
+
+def test_a_rejected_batch_is_dropped_and_counted_not_retried_forever():
+    agg = Aggregated(Config(histograms=replace(Config().histograms, significant_digits=3)))
+    try:
+        config = Config(push_url=agg.url)
+        rec = Recorder(config)
+        flusher = push.Flusher(agg.url, config, rec)
+        call(rec, 1000)
+        assert flusher.flush()  # 409: another layout. Dropped, nothing left to retry
+        assert flusher._lost == 1
+        assert agg.aggregator.rejected[names.REJECT_INCOMPATIBLE] == 1
+    finally:
+        agg.stop()
+
+
+def test_a_hanging_aggregator_never_slows_the_app():
+    """The socket accepts but never answers: the flusher waits, recording does not."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        exporter.configure({"push_url": url, "push": {"interval_seconds": 0.05,
+                                                      "timeout_seconds": 0.5}})
+        flusher = push.current()
+        assert flusher is not None
+        rec = runtime.state().recorder
+        time.sleep(0.15)  # the flusher is now blocked in a POST
+        worst = 0.0
+        for i in range(2000):
+            start = time.perf_counter()
+            call(rec, 1000 + i)
+            worst = max(worst, time.perf_counter() - start)
+        assert worst < 0.05
+        assert flusher._lock.locked()  # the flusher's own lock, never the recorder's
+    finally:
+        runtime.configure(None)  # stops the flusher: one last attempt, then gone
+        listener.close()
+    assert push.current() is None
+
+
+def test_configure_and_env_var_turn_push_on_and_off(monkeypatch):
+    agg = Aggregated()
+    try:
+        exporter.configure({"push_url": agg.url, "push": {"interval_seconds": 0.05}})
+        flusher = push.current()
+        assert flusher is not None and flusher.url == agg.url
+        with exporter.track(model="m", provider="p", route="r", tenant="t") as c:
+            c.token()
+        deadline = time.monotonic() + 5
+        while agg.calls() < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert agg.calls() == 1
+        runtime.configure(None)
+        assert push.current() is None
+        monkeypatch.setenv(push.ENV_URL, agg.url)
+        runtime.configure(None)
+        assert push.current() is not None and push.current().worker != flusher.worker
+        monkeypatch.delenv(push.ENV_URL)
+        runtime.configure(None)
+        assert push.current() is None
+    finally:
+        agg.stop()
+
+
+def test_payload_is_compressed_json_with_the_documented_fields():
+    rec = Recorder()
+    call(rec, 1500, trace_id="abc")
+    delta = rec.drain()
+    delta.worker, delta.seq, delta.interval = "w", 1, 5.0
+    doc = json.loads(zlib.decompress(push.encode(delta, push.layouts_of(rec))))
+    assert doc["format"] == "ttft-exporter-delta" and doc["version"] == 1
+    assert set(doc) == {"format", "version", "worker", "seq", "interval", "final", "layouts",
+                        "histograms", "requests", "in_flight", "tenant_folds", "dropped",
+                        "lost_batches", "push_failures"}
+    fam, labels, hdr, total, straddles, exemplars = next(
+        e for e in doc["histograms"] if e[0] == names.TTFT.name)
+    assert labels == ["m", "p", "r", "t"] and total == 1500
+    assert exemplars and exemplars[0][1] == "abc"
+    assert doc["requests"] == [["m", "ok", "p", "r", "t", 1]]
+
+
+def test_token_is_sent_from_file_or_env(tmp_path, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    agg_config = Config(aggregator=replace(Config().aggregator, push_token_file=str(token)))
+    agg = Aggregated(agg_config)
+    try:
+        for push_config, env in ((PushConfig(token_file=str(token)), None),
+                                 (PushConfig(), "s3cret"), (PushConfig(), None)):
+            if env:
+                monkeypatch.setenv(push.ENV_TOKEN, env)
+            else:
+                monkeypatch.delenv(push.ENV_TOKEN, raising=False)
+            config = Config(push_url=agg.url, push=push_config)
+            rec = Recorder(config)
+            flusher = push.Flusher(agg.url, config, rec)
+            call(rec, 1000)
+            assert flusher.flush() is (env is not None or push_config.token_file != "")
+            flusher.close(timeout=0)
+        assert agg.calls() == 2
+        assert agg.aggregator.rejected[names.REJECT_UNAUTHORIZED] >= 1
+    finally:
+        agg.stop()
+
+
+def test_flusher_thread_pushes_on_its_own():
+    agg = Aggregated()
+    try:
+        config = Config(push_url=agg.url, push=PushConfig(interval_seconds=0.05))
+        rec = Recorder(config)
+        flusher = push.Flusher(agg.url, config, rec).start()
+        stop = threading.Event()
+
+        def app_thread():
+            i = 0
+            while not stop.is_set():
+                call(rec, 1000 + i)
+                i += 1
+                time.sleep(0.001)
+            return i
+
+        t = threading.Thread(target=app_thread)
+        t.start()
+        time.sleep(0.5)
+        stop.set()
+        t.join()
+        flusher.close(timeout=2)
+        total = agg.calls()
+        assert total > 50 and agg.aggregator.batches[names.PUSH_APPLIED] >= 3
+        ttft = agg.recorder.families[names.TTFT.name]
+        assert sum(s.hist.count for s in ttft.series.values()) == total
+    finally:
+        agg.stop()
