@@ -13,6 +13,7 @@ from pathlib import Path
 #: (module, title): each module has `run(quick: bool) -> list[str]` returning markdown lines.
 SECTIONS = [
     ("bench.core", "Recorder, memory and scrape (issue #2)"),
+    ("bench.accuracy", "Accuracy of the quantiles"),
 ]
 
 
