@@ -11,9 +11,12 @@ against the demo provider, with `exporter.labels(route=..., tenant=...)` around 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from dataclasses import dataclass
 from typing import Any
+
+import aiohttp
 
 import exporter
 from exporter.shim import instrument as _instrument
@@ -128,3 +131,32 @@ class LoadGenerator:
             raise
         except Exception:  # an SDK error (status, connection, timeout): counted, as a client would
             self.errors += 1
+
+
+async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict, headers: dict,
+                      call: Any) -> None:
+    """Stream one chat completion over SSE with aiohttp, marking phases and token events on a
+    manual-API `call` (kept for drivers that use the manual API instead of an SDK)."""
+    async with session.post(url, json=body, headers=headers) as response:
+        call.headers()  # aiohttp returns once the response headers are read
+        response.raise_for_status()
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            usage = chunk.get("usage")
+            if usage:
+                details = usage.get("prompt_tokens_details") or {}
+                call.usage(input=usage.get("prompt_tokens"),
+                           output=usage.get("completion_tokens"),
+                           cached=details.get("cached_tokens"), model=chunk.get("model"))
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                if delta.get("reasoning_content"):
+                    call.token("reasoning")
+                elif delta.get("content") or delta.get("tool_calls"):
+                    call.token("content")

@@ -201,7 +201,8 @@ class Tracked:
                 if not isinstance(anchor, _RESPONSE_TYPES):
                     anchor = getattr(result, "http_response", None)
                 if anchor is not None:
-                    self.finalizer = weakref.finalize(anchor, _collected, self)
+                    fin = self.finalizer = weakref.finalize(anchor, _collected, self)
+                    fin.atexit = False  # nothing to record while the interpreter exits
                 return
             # Not streamed. The first token reaches the caller when the body is parsed, which
             # is now; the server and prefill phases do not exist apart (DESIGN §4 phases need a
