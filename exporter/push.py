@@ -26,20 +26,23 @@ inflate it before any size check; the aggregator refuses one), and inflates to o
     {"format": "ttft-exporter-delta", "version": 1, "worker": "host/pid/random", "seq": 7,
      "interval": 5.0, "final": false,
      "layouts": {"seconds": [highest, digits, [le boundaries...]], "tokens": [...]},
-     "histograms": [[family, [label values in sorted label-name order], hdr, sum,
-                     [[pos, n], ...], [[bucket, trace id, value, unix time], ...]], ...],
+     "histograms": {family: [[[label values in sorted label-name order], counts, count, sum,
+                              [[pos, n], ...], [[bucket, trace id, value, time]...]], ...]},
      "requests": [[model, outcome, provider, route, tenant, n], ...],
      "in_flight": [[model, provider, route, n], ...],       (current values, not increments)
      "tenant_folds": [[model, route, n], ...], "dropped": {reason: n},
      "lost_batches": n, "push_failures": n}
 
-`hdr` is the base64 of HdrHistogram's standard V2 encoding (uncompressed: the body is compressed
-as a whole; cookie 0x1c849303, big-endian header, ZigZag LEB128 counts with zero runs), so any
-HdrHistogram library reads it. The two things the HDR format cannot carry travel beside it: the
-exact `sum` of the values, and for each `le` boundary that falls inside an HDR bucket (`pos`
-into the boundaries) the number `n` of that bucket's values at or under the boundary. The last
-list holds the exemplars: the latest traced call per `le` bucket (position into the boundaries,
-len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
+`counts` is the base64 of the counts payload of HdrHistogram's standard V2 encoding (ZigZag
+LEB128, runs of zeros as negative numbers). The V2 header, the same for every histogram of a
+unit, is not repeated: `layouts` states it once (`highest` trackable value and significant
+`digits`; lowest discernible value 1, no offset, ratio 1), and `v2_header()` + counts is a
+standard V2 encoding that any HdrHistogram library reads. `count` (the number of values, which
+the counts must add up to: a truncated payload fails) and what the HDR format cannot carry
+travel beside it: the exact `sum` of the values, and for each `le` boundary that falls inside an
+HDR bucket (`pos` into the boundaries) the number `n` of that bucket's values at or under the
+boundary. The last list holds the exemplars: the latest traced call per `le` bucket (position
+into the boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import json
 import logging
 import os
 import random
+import re
 import secrets
 import socket
 import ssl
@@ -63,7 +67,9 @@ import zlib
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import accumulate, compress
+from operator import mul
+from typing import Any, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from . import names, runtime
@@ -84,6 +90,7 @@ PUSH_PATH = "/push"
 V2_COOKIE = 0x1C849303
 _V2_HEADER = struct.Struct(">IIiIqqd")
 _MAX_COUNT = 2**63 - 1
+_MAX_SUM = 2**127  # sums are exact Python ints; this only keeps a hostile one small
 
 
 class PushError(ValueError):
@@ -107,9 +114,8 @@ Exemplar = tuple[str, float, float]
 
 # --- HDR V2 codec ---------------------------------------------------------------------------------
 
-def encode_hist(hist: Histogram) -> bytes:
-    """HdrHistogram's V2 encoding (uncompressed) of `hist`'s counts."""
-    layout = hist.layout
+def encode_counts(hist: Histogram) -> bytes:
+    """The counts payload of HdrHistogram's V2 encoding: ZigZag LEB128, zero runs negative."""
     out = bytearray()
     put = _put_varint
     zeros = hist._lo  # the stored range starts at _lo: everything below is zero
@@ -121,7 +127,18 @@ def encode_hist(hist: Histogram) -> bytes:
             put(out, c)
         else:
             zeros += 1
-    return _V2_HEADER.pack(V2_COOKIE, len(out), 0, layout.digits, 1, layout.highest, 1.0) + out
+    return bytes(out)
+
+
+def v2_header(layout: Layout, payload_length: int) -> bytes:
+    """The V2 header that turns a counts payload of `layout` into a standard HDR encoding."""
+    return _V2_HEADER.pack(V2_COOKIE, payload_length, 0, layout.digits, 1, layout.highest, 1.0)
+
+
+def encode_hist(hist: Histogram) -> bytes:
+    """HdrHistogram's V2 encoding (uncompressed) of `hist`: header and counts payload."""
+    counts = encode_counts(hist)
+    return v2_header(hist.layout, len(counts)) + counts
 
 
 def _put_varint(out: bytearray, value: int) -> None:
@@ -136,8 +153,69 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(v)
 
 
-def decode_hist(layout: Layout, data: bytes) -> Histogram:
-    """Rebuild a histogram of `layout` from its V2 encoding; PushError on anything unexpected."""
+class Sparse:
+    """A received histogram: its non-empty buckets only, so validating and adding it costs in
+    proportion to the buckets it touches, not to the range they span."""
+
+    __slots__ = ("layout", "indices", "counts", "count", "total", "below")
+
+    def __init__(self, layout: Layout, indices: Sequence[int], counts: Sequence[int],
+                 count: int, total: int = 0, below: dict[int, int] | None = None):
+        self.layout = layout
+        self.indices = indices  # ascending HDR indices (never mutated in place: may be shared)
+        self.counts = counts  # their counts, all > 0
+        self.count = count  # sum(counts)
+        self.total = total
+        self.below = below  # straddle counts, as Histogram._at_or_below
+
+    def nonzero(self) -> Iterable[tuple[int, int]]:
+        return zip(self.indices, self.counts)
+
+    def add_to(self, hist: Histogram) -> None:
+        """`hist.add(self.to_histogram())`, exactly, touching only the non-empty buckets."""
+        indices = self.indices
+        if not indices:
+            return
+        first, last = indices[0], indices[-1]
+        if not hist._counts or first < hist._lo or last >= hist._lo + len(hist._counts):
+            hist._grow(first)
+            hist._grow(last)
+        if hist._counts.typecode == "I" and hist.count + self.count > 0xFFFFFFFF:
+            hist._widen()  # no bucket can exceed the total count: widen before any overflow
+        counts, lo = hist._counts, hist._lo
+        for i, c in zip(indices, self.counts):
+            counts[i - lo] += c
+        hist.count += self.count
+        hist.total += self.total
+        if self.below:
+            below = hist._at_or_below
+            if below is None:
+                below = hist._at_or_below = {}
+            for pos, c in self.below.items():
+                below[pos] = below.get(pos, 0) + c
+
+    def add(self, other: "Sparse") -> None:
+        """Merge another received histogram of the same series into this one."""
+        merged = dict(zip(self.indices, self.counts))
+        for i, c in zip(other.indices, other.counts):
+            merged[i] = merged.get(i, 0) + c
+        self.indices = sorted(merged)
+        self.counts = [merged[i] for i in self.indices]  # new lists: the old may be shared
+        self.count += other.count
+        self.total += other.total
+        if other.below:
+            below = self.below = dict(self.below or {})
+            for pos, c in other.below.items():
+                below[pos] = below.get(pos, 0) + c
+
+    def to_histogram(self) -> Histogram:
+        hist = Histogram(self.layout)
+        self.add_to(hist)
+        return hist
+
+
+def decode_hist(layout: Layout, data: bytes) -> Sparse:
+    """The counts of a full V2 encoding of `layout`; PushError on anything unexpected."""
     if len(data) < _V2_HEADER.size:
         raise PushError(MALFORMED, "HDR encoding shorter than its header")
     cookie, length, offset, digits, lowest, highest, ratio = _V2_HEADER.unpack_from(data)
@@ -150,54 +228,87 @@ def decode_hist(layout: Layout, data: bytes) -> Histogram:
     if digits != layout.digits or highest != layout.highest:
         raise PushError(INCOMPATIBLE, f"HDR layout ({digits} digits, highest {highest}) differs "
                                       f"from the aggregator's ({layout.digits}, {layout.highest})")
-    limit = layout.counts_len
-    pos, end = _V2_HEADER.size, len(data)
+    indices, counts = decode_counts(layout, data[_V2_HEADER.size:])
+    return Sparse(layout, indices, counts, sum(counts))
+
+
+#: Bytes with the high bit set: a multi-byte varint (a count or zero run above 63).
+_MULTI_BYTE = re.compile(rb"[\x80-\xff]")
+#: For single-byte ZigZag tokens v: how far the index moves, whether v is a count, the count.
+_STEP = bytes(((v + 1) >> 1 if v & 1 else 1) if v < 0x80 else 0 for v in range(256))
+_IS_COUNT = bytes(1 if v < 0x80 and v and not v & 1 else 0 for v in range(256))
+_HALF = bytes(v >> 1 for v in range(256))
+
+
+def decode_counts(layout: Layout, data: bytes) -> tuple[list[int], list[int]]:
+    """(indices, counts) of the non-empty buckets of a V2 counts payload of `layout`; PushError
+    when malformed.
+
+    Runs of single-byte tokens (counts and zero runs under 64: nearly all of them) are decoded
+    with C-level byte translation, accumulate and compress; longer varints one by one.
+    """
     index = 0
     indices: list[int] = []
     counts: list[int] = []
-    while pos < end:
-        b = data[pos]
-        pos += 1
-        v = b & 0x7F
-        if b & 0x80:
-            shift = 7
-            while True:
-                if pos >= end:
-                    raise PushError(MALFORMED, "HDR varint cut short")
-                b = data[pos]
-                pos += 1
-                if shift == 56:  # the 9th byte carries 8 bits
-                    v |= b << 56
-                    break
+    pos, n = 0, len(data)
+    while pos < n:
+        found = _MULTI_BYTE.search(data, pos)
+        end = found.start() if found is not None else n
+        if end > pos:
+            run = data[pos:end]
+            starts = list(accumulate(run.translate(_STEP), initial=index))
+            is_count = run.translate(_IS_COUNT)
+            indices += compress(starts, is_count)
+            counts += compress(run.translate(_HALF), is_count)
+            index = starts[-1]
+            pos = end
+        if found is None:
+            break
+        v = shift = 0
+        while True:  # one varint of 2..9 bytes (the 9th byte carries 8 bits)
+            if pos >= n:
+                raise PushError(MALFORMED, "HDR varint cut short")
+            b = data[pos]
+            pos += 1
+            if b >= 0x80 and shift < 56:
                 v |= (b & 0x7F) << shift
-                if not b & 0x80:
-                    break
                 shift += 7
-        value = -((v + 1) >> 1) if v & 1 else v >> 1
-        if value < 0:
-            index -= value
-            if index > limit:
-                raise PushError(MALFORMED, "HDR zero run past the highest trackable value")
+                continue
+            v |= b << shift
+            break
+        if v & 1:  # ZigZag: a negative value is a run of zero counts
+            index += (v + 1) >> 1
         else:
-            if value:
-                if index >= limit:
-                    raise PushError(MALFORMED, "HDR count past the highest trackable value")
+            if v:
                 indices.append(index)
-                counts.append(value)
+                counts.append(v >> 1)
             index += 1
-    hist = Histogram(layout)
-    if indices:
-        first = indices[0]
-        dense = [0] * (indices[-1] - first + 1)
-        for i, c in zip(indices, counts):
-            dense[i - first] = c
-        hist._counts = array("I" if max(counts) <= 0xFFFFFFFF else "Q", dense)
-        hist._lo = first
-        hist.count = sum(counts)
-    return hist
+    if index > _counts_len(layout) + 1 or (indices and indices[-1] >= _counts_len(layout)):
+        raise PushError(MALFORMED, "HDR counts past the highest trackable value")
+    return indices, counts
 
 
 _STRADDLE_INDEX: dict[int, tuple[Layout, dict[int, int]]] = {}
+_COUNTS_LEN: dict[int, tuple[Layout, int]] = {}
+_BOUNDS: dict[int, tuple[Layout, list[int], list[int]]] = {}
+
+
+def _bucket_bounds(layout: Layout) -> tuple[list[int], list[int]]:
+    """Per HDR index: the lowest value of the bucket, and its width - 1."""
+    cached = _BOUNDS.get(id(layout))
+    if cached is None or cached[0] is not layout:
+        n = _counts_len(layout)
+        lowest = [layout.lowest_equivalent(i) for i in range(n)]
+        width = [layout.highest_equivalent(i) - lowest[i] for i in range(n)]
+        cached = _BOUNDS[id(layout)] = (layout, lowest, width)
+    return cached[1], cached[2]
+
+
+def _counts_len(layout: Layout) -> int:
+    cached = _COUNTS_LEN.get(id(layout))
+    if cached is None or cached[0] is not layout:
+        cached = _COUNTS_LEN[id(layout)] = (layout, layout.counts_len)
+    return cached[1]
 
 
 def _straddle_index(layout: Layout) -> dict[int, int]:
@@ -209,13 +320,13 @@ def _straddle_index(layout: Layout) -> dict[int, int]:
     return cached[1]
 
 
-def hist_entry(family: str, values: tuple[str, ...], hist: Histogram,
+def hist_entry(values: tuple[str, ...], hist: Histogram,
                exemplars: dict[int, Exemplar] | None = None) -> list[Any]:
-    """The JSON entry of one histogram: family, labels, V2 base64, exact sum, straddle counts,
-    exemplars."""
+    """The JSON entry of one histogram: labels, V2 counts (base64), count, exact sum, straddle
+    counts, exemplars."""
     below = sorted((hist._at_or_below or {}).items())
-    return [family, list(values), base64.b64encode(encode_hist(hist)).decode("ascii"),
-            hist.total, [[p, n] for p, n in below if n],
+    return [list(values), base64.b64encode(encode_counts(hist)).decode("ascii"),
+            hist.count, hist.total, [[p, n] for p, n in below if n],
             [[p, *e] for p, e in sorted((exemplars or {}).items())]]
 
 
@@ -236,33 +347,55 @@ def _read_exemplars(layout: Layout, items: Any) -> dict[int, Exemplar] | None:
     return out or None
 
 
-def _read_hist(layout: Layout, b64: Any, total: Any, straddles: Any) -> Histogram:
-    if not isinstance(b64, str):
-        raise PushError(MALFORMED, "histogram encoding is not a string")
+#: (layout, base64 counts) -> (indices, counts, count, lowest possible sum, highest possible sum
+#: or -1 when unbounded): small deltas (one bucket, a few values) recur across series and
+#: pushes, and their decoding and bounds are then a dictionary lookup.
+_DECODED: dict[tuple[Layout, str], tuple[tuple[int, ...], tuple[int, ...], int, int, int]] = {}
+_DECODED_MAX = 50_000
+
+
+def _decoded(layout: Layout, b64: str) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
+    key = (layout, b64)
+    found = _DECODED.get(key)
+    if found is not None:
+        return found
     try:
         data = base64.b64decode(b64, validate=True)
     except ValueError:
-        raise PushError(MALFORMED, "histogram encoding is not base64") from None
-    hist = decode_hist(layout, data)
-    total = _count(total, "histogram sum")
-    if hist.count == 0:
+        raise PushError(MALFORMED, "histogram counts are not base64") from None
+    indices, counts = decode_counts(layout, data)
+    if not indices:
         raise PushError(MALFORMED, "empty histogram")
     # the sum must be possible for these buckets (values above the range only raise it)
-    top = layout.counts_len - 1
-    low = high = 0
-    lowest_eq, highest_eq = layout.lowest_equivalent, layout.highest_equivalent
-    saturated = False
-    for i, c in hist.nonzero():
-        low += c * lowest_eq(i)
-        high += c * highest_eq(i)
-        saturated = saturated or i == top
-    if total < low or (total > high and not saturated):
+    lowest, width = _bucket_bounds(layout)
+    low = sum(map(mul, counts, map(lowest.__getitem__, indices)))
+    high = -1 if indices[-1] == len(lowest) - 1 else \
+        low + sum(map(mul, counts, map(width.__getitem__, indices)))
+    found = (tuple(indices), tuple(counts), sum(counts), low, high)
+    if len(b64) <= 64:  # only the small ones recur
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        _DECODED[key] = found
+    return found
+
+
+def _read_hist(layout: Layout, b64: Any, count: Any, total: Any, straddles: Any) -> Sparse:
+    if b64.__class__ is not str:
+        raise PushError(MALFORMED, "histogram counts are not a string")
+    indices, counts, n, low, high = _decoded(layout, b64)
+    if total.__class__ is not int or not 0 <= total <= _MAX_SUM:
+        raise PushError(MALFORMED, "histogram sum must be a non-negative integer")
+    if count.__class__ is not int or count != n or n > _MAX_COUNT:
+        raise PushError(MALFORMED, "histogram count does not match its counts (truncated?)")
+    if total < low or (total > high >= 0):
         raise PushError(MALFORMED, "histogram sum outside what its buckets allow")
+    hist = Sparse(layout, indices, counts, n)
     hist.total = total
-    if not isinstance(straddles, list):
+    if straddles.__class__ is not list:
         raise PushError(MALFORMED, "straddle counts are not a list")
     if straddles:
         where = _straddle_index(layout)
+        in_bucket = dict(zip(hist.indices, hist.counts))
         below: dict[int, int] = {}
         for item in straddles:
             if not isinstance(item, list) or len(item) != 2:
@@ -271,12 +404,11 @@ def _read_hist(layout: Layout, b64: Any, total: Any, straddles: Any) -> Histogra
             i = where.get(p)
             if i is None or p in below:
                 raise PushError(MALFORMED, f"boundary {p} does not straddle a bucket (or repeats)")
-            j = i - hist._lo
-            if not n <= (hist._counts[j] if 0 <= j < len(hist._counts) else 0):
+            if n > in_bucket.get(i, 0):
                 raise PushError(MALFORMED, "straddle count above its bucket's count")
             if n:
                 below[p] = n
-        hist._at_or_below = below or None
+        hist.below = below or None
     return hist
 
 
@@ -291,7 +423,8 @@ class Delta:
     interval: float = 0.0
     final: bool = False
     #: (family name, label values in the family's sorted label order) -> histogram of the values
-    histograms: dict[tuple[str, tuple[str, ...]], Histogram] = field(default_factory=dict)
+    #: (a Histogram from `Recorder.drain`, a Sparse from `decode`)
+    histograms: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
     #: same keys -> `le` bucket position -> latest exemplar of that bucket
     exemplars: dict[tuple[str, tuple[str, ...]], dict[int, Exemplar]] = field(
         default_factory=dict)
@@ -345,11 +478,16 @@ def layouts_of(recorder: Any) -> dict[str, list[Any]]:
 
 def payload(delta: Delta, layouts: dict[str, list[Any]]) -> dict[str, Any]:
     """The JSON document of a delta (before compression)."""
+    histograms: dict[str, list[Any]] = {}
+    exemplars = delta.exemplars
+    for (family, values), hist in delta.histograms.items():
+        if hist.count:
+            histograms.setdefault(family, []).append(
+                hist_entry(values, hist, exemplars.get((family, values))))
     return {
         "format": FORMAT, "version": VERSION, "worker": delta.worker, "seq": delta.seq,
         "interval": delta.interval, "final": delta.final, "layouts": layouts,
-        "histograms": [hist_entry(fam, values, h, delta.exemplars.get((fam, values)))
-                       for (fam, values), h in delta.histograms.items() if h.count],
+        "histograms": histograms,
         "requests": [[*k, n] for k, n in delta.requests.items() if n],
         "in_flight": [[*k, n] for k, n in delta.in_flight.items() if n],
         "tenant_folds": [[*k, n] for k, n in delta.tenant_folds.items() if n],
@@ -425,26 +563,34 @@ def from_payload(doc: Any, recorder: Any) -> Delta:
             raise PushError(INCOMPATIBLE, f"the {unit} histogram layout differs from the "
                                           f"aggregator's (digits, range or buckets)")
     families = recorder.families
-    entries = _list(doc.get("histograms"), "histograms")
-    for entry in entries:
-        if not isinstance(entry, list) or len(entry) != 6:
-            raise PushError(MALFORMED, "a histogram entry is not [family, labels, hdr, sum, "
-                                       "straddles, exemplars]")
-        name, values, b64, total, straddles, exemplars = entry
-        state = families.get(name) if isinstance(name, str) else None
+    by_family = doc.get("histograms")
+    if by_family.__class__ is not dict:
+        raise PushError(MALFORMED, "histograms must be an object of family -> series")
+    histograms = delta.histograms
+    for name, entries in by_family.items():
+        state = families.get(name)
         if state is None:
             raise PushError(MALFORMED, f"unknown histogram family {str(name)[:80]!r}")
-        key = _labels(values, len(state.label_names), max_len, "histogram labels")
-        if state.family.extra_label == names.PHASE and \
-                key[state.label_names.index(names.PHASE)] not in names.PHASES:
-            raise PushError(MALFORMED, "unknown phase")
-        hist = _read_hist(state.layout, b64, total, straddles)
-        if (name, key) in delta.histograms:
-            raise PushError(MALFORMED, "a series appears twice")
-        delta.histograms[(name, key)] = hist
-        found = _read_exemplars(state.layout, exemplars)
-        if found:
-            delta.exemplars[(name, key)] = found
+        if entries.__class__ is not list:
+            raise PushError(MALFORMED, f"{name}: expected a list of series")
+        layout, n_labels = state.layout, len(state.label_names)
+        phase = state.label_names.index(names.PHASE) \
+            if state.family.extra_label == names.PHASE else -1
+        for entry in entries:
+            if entry.__class__ is not list or len(entry) != 6:
+                raise PushError(MALFORMED, "a histogram entry is not [labels, counts, count, "
+                                           "sum, straddles, exemplars]")
+            values, b64, count, total, straddles, exemplars = entry
+            key = (name, _labels(values, n_labels, max_len, "histogram labels"))
+            if phase >= 0 and key[1][phase] not in names.PHASES:
+                raise PushError(MALFORMED, "unknown phase")
+            if key in histograms:
+                raise PushError(MALFORMED, "a series appears twice")
+            histograms[key] = _read_hist(layout, b64, count, total, straddles)
+            if exemplars.__class__ is not list or exemplars:
+                found = _read_exemplars(layout, exemplars)
+                if found:
+                    delta.exemplars[key] = found
     _rows(doc.get("requests"), "requests", 5, max_len, delta.requests)
     for key in delta.requests:
         if key[1] not in names.OUTCOMES:
@@ -473,13 +619,27 @@ def _label_ok(value: Any, max_len: int) -> bool:
     return type(value) is str and 0 < len(value) <= max_len and value.isprintable()
 
 
+#: Label tuples already validated, by maximum length (the same few recur in every push).
+_VALID_LABELS: dict[tuple[int, tuple[Any, ...]], tuple[str, ...]] = {}
+
+
 def _labels(values: Any, n: int, max_len: int, what: str) -> tuple[str, ...]:
-    if not isinstance(values, list) or len(values) != n:
+    if values.__class__ is not list or len(values) != n:
         raise PushError(MALFORMED, f"{what}: expected {n} label values")
+    try:
+        key = (max_len, tuple(values))
+        known = _VALID_LABELS.get(key)
+    except TypeError:  # an unhashable value: a list or an object
+        raise PushError(MALFORMED, f"{what}: a label value is not a string") from None
+    if known is not None:
+        return known
     for v in values:
         if not _label_ok(v, max_len):
             raise PushError(MALFORMED, f"{what}: a label value is not a short printable string")
-    return tuple(values)
+    if len(_VALID_LABELS) >= 200_000:
+        _VALID_LABELS.clear()
+    labels = _VALID_LABELS[key] = key[1]
+    return labels
 
 
 def _list(value: Any, what: str) -> list[Any]:

@@ -364,7 +364,11 @@ class Recorder:
                 if series is None:
                     continue
                 series.fold(keep)
-                series.hist.add(hist)
+                # a received histogram (push.Sparse) adds itself, bucket by non-empty bucket
+                add_to = getattr(hist, "add_to", None)
+                if add_to is None:
+                    add_to = (lambda target, h=hist: target.add(h))
+                add_to(series.hist)
                 if window and state.windowed:
                     slices = series.slices
                     if slices is None:
@@ -377,8 +381,8 @@ class Recorder:
                         raw, part = part, Histogram(state.layout)
                         part.record_many(raw)
                         slices[-1] = (slices[-1][0], part)
-                    part.add(hist)
-                exemplars = delta.exemplars.get((name, values))
+                    add_to(part)
+                exemplars = delta.exemplars.get((name, values)) if delta.exemplars else None
                 if exemplars:
                     mine = series.exemplars
                     if mine is None:

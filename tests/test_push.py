@@ -95,15 +95,22 @@ def test_truncated_or_corrupt_hdr_is_a_push_error(cut):
         push.decode_hist(h.layout, bad_cookie)
 
 
-def test_entry_carries_exact_sum_and_straddle_counts():
+def test_entry_carries_count_exact_sum_and_straddle_counts():
     h = sample_hist(4)
-    entry = push.hist_entry("f", ("a",), h)
-    back = push._read_hist(h.layout, entry[2], entry[3], entry[4])
+    labels, counts, count, total, straddles, exemplars = push.hist_entry(("a",), h)
+    back = push._read_hist(h.layout, counts, count, total, straddles).to_histogram()
     assert back.total == h.total and back.cumulative_at() == h.cumulative_at()
+    assert list(back.nonzero()) == list(h.nonzero())
+    # the counts plus the layout's V2 header are a standard encoding
+    raw = base64.b64decode(counts)
+    assert push.v2_header(h.layout, len(raw)) + raw == push.encode_hist(h)
     with pytest.raises(push.PushError):  # a sum its buckets cannot produce
-        push._read_hist(h.layout, entry[2], 0, entry[4])
+        push._read_hist(h.layout, counts, count, 0, straddles)
     with pytest.raises(push.PushError):  # a straddle count above its bucket
-        push._read_hist(h.layout, entry[2], entry[3], [[entry[4][0][0], h.count + 1]])
+        push._read_hist(h.layout, counts, count, total, [[straddles[0][0], h.count + 1]])
+    truncated = base64.b64encode(raw[:-2]).decode()
+    with pytest.raises(push.PushError):  # the counts no longer add up to the count
+        push._read_hist(h.layout, truncated, count, total, straddles)
 
 
 # --- drain --------------------------------------------------------------------------------------
@@ -336,9 +343,8 @@ def test_payload_is_compressed_json_with_the_documented_fields():
     assert set(doc) == {"format", "version", "worker", "seq", "interval", "final", "layouts",
                         "histograms", "requests", "in_flight", "tenant_folds", "dropped",
                         "lost_batches", "push_failures"}
-    fam, labels, hdr, total, straddles, exemplars = next(
-        e for e in doc["histograms"] if e[0] == names.TTFT.name)
-    assert labels == ["m", "p", "r", "t"] and total == 1500
+    [[labels, counts, count, total, straddles, exemplars]] = doc["histograms"][names.TTFT.name]
+    assert labels == ["m", "p", "r", "t"] and count == 1 and total == 1500
     assert exemplars and exemplars[0][1] == "abc"
     assert doc["requests"] == [["m", "ok", "p", "r", "t", 1]]
 
