@@ -204,3 +204,23 @@ def test_trace_stamps_new_and_reused_connections():
     assert reused.connected == reused.dispatched is not None  # connect = 0 on reuse
     assert httpx_trace.stamp(reused, "some.unknown.event") is False
     assert derive(reused).phases["connect"] == 0
+
+
+def test_a_request_nested_in_an_llm_call_is_not_part_of_it(instrumented):
+    """e.g. a token exchange made through the SDK while an LLM request is being sent."""
+    seen = []
+
+    def original(self, cast_to, options, **kwargs):
+        if options.url == "/chat/completions":
+            return hook(self, cast_to, SimpleNamespace(url="/oauth/token", method="post"))
+        seen.append(stream._CURRENT.get())
+        return "token"
+
+    hook = stream.request_hook(original, shim_openai.SDK_SPEC, is_async=False)
+    client = SimpleNamespace(base_url=SimpleNamespace(host="api.openai.com"))
+    options = SimpleNamespace(url="/chat/completions", method="post", json_data={"model": "m"})
+    rec = Recorded()
+    assert hook(client, object, options) == "token"
+    assert seen == [None]
+    t = rec.one()
+    assert (t.model, t.provider, t.outcome) == ("m", "openai", names.OK)

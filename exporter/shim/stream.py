@@ -528,7 +528,13 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 except Exception:
                     count_drop()
             if tracked is None:
-                return await original(self, cast_to, options, *args, **kwargs)
+                if _CURRENT.get() is None:
+                    return await original(self, cast_to, options, *args, **kwargs)
+                token = _CURRENT.set(None)  # a request made while an LLM call is being sent
+                try:
+                    return await original(self, cast_to, options, *args, **kwargs)
+                finally:
+                    _CURRENT.reset(token)
             token = _CURRENT.set(tracked)
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
@@ -550,7 +556,13 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             except Exception:
                 count_drop()
         if tracked is None:
-            return original(self, cast_to, options, *args, **kwargs)
+            if _CURRENT.get() is None:
+                return original(self, cast_to, options, *args, **kwargs)
+            token = _CURRENT.set(None)  # a request made while an LLM call is being sent
+            try:
+                return original(self, cast_to, options, *args, **kwargs)
+            finally:
+                _CURRENT.reset(token)
         token = _CURRENT.set(tracked)
         try:
             result = original(self, cast_to, options, *args, **kwargs)
