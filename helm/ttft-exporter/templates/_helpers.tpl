@@ -1,0 +1,78 @@
+{{/* Chart name, truncated to the 63 characters Kubernetes allows in names. */}}
+{{- define "ttft-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ttft-exporter.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ttft-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ttft-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ttft-exporter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "ttft-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: aggregator
+{{- end -}}
+
+{{- define "ttft-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ttft-exporter.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the push token. */}}
+{{- define "ttft-exporter.pushTokenSecret" -}}
+{{- default (printf "%s-push-token" (include "ttft-exporter.fullname" .)) .Values.pushToken.existingSecret -}}
+{{- end -}}
+
+{{- define "ttft-exporter.scheme" -}}
+{{- if .Values.tls.enabled -}}https{{- else -}}http{{- end -}}
+{{- end -}}
+
+{{/*
+The exporter's config file: the user's `config` with the chart-managed keys set. Mount paths
+below must match the Deployment's volumes.
+*/}}
+{{- define "ttft-exporter.config" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) -}}
+{{- $server := deepCopy (get $cfg "server" | default dict) -}}
+{{- $_ := set $server "addr" "0.0.0.0" -}}
+{{- $_ := set $server "port" (int .Values.port) -}}
+{{- $_ := set $cfg "server" $server -}}
+{{- $agg := deepCopy (get $cfg "aggregator" | default dict) -}}
+{{- $_ := set $agg "snapshot_path" "/var/lib/ttft-exporter/state" -}}
+{{- $_ := set $agg "snapshot_interval_seconds" .Values.snapshotIntervalSeconds -}}
+{{- if .Values.pushToken.enabled -}}
+{{- $_ := set $agg "push_token_file" (printf "/var/run/secrets/ttft-exporter/push/%s" .Values.pushToken.secretKey) -}}
+{{- end -}}
+{{- if .Values.metricsAuth.bearerToken.existingSecret -}}
+{{- $_ := set $agg "metrics_token_file" (printf "/var/run/secrets/ttft-exporter/metrics-token/%s" .Values.metricsAuth.bearerToken.secretKey) -}}
+{{- end -}}
+{{- if .Values.metricsAuth.basicAuth.username -}}
+{{- $_ := set $agg "metrics_username" .Values.metricsAuth.basicAuth.username -}}
+{{- $_ := set $agg "metrics_password_file" (printf "/var/run/secrets/ttft-exporter/metrics-password/%s" .Values.metricsAuth.basicAuth.secretKey) -}}
+{{- end -}}
+{{- if .Values.tls.enabled -}}
+{{- $_ := set $agg "tls_cert_file" "/var/run/secrets/ttft-exporter/tls/tls.crt" -}}
+{{- $_ := set $agg "tls_key_file" "/var/run/secrets/ttft-exporter/tls/tls.key" -}}
+{{- end -}}
+{{- $_ := set $cfg "aggregator" $agg -}}
+{{- toYaml $cfg -}}
+{{- end -}}
