@@ -101,8 +101,9 @@ class Aggregator:
         self.snapshot_failures = 0
         #: worker id -> last applied seq, least recently pushed first (bounded: max_workers)
         self.applied: dict[str, int] = {}
-        #: worker id -> (expiry on `clock`, its latest in-flight values)
+        #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
         self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
+        self._gauge_totals: dict[tuple[str, ...], int] = {}
         self._tenants: dict[tuple[str, str], set[str]] = {}
         self._tenant_pos = {name: (state.label_names.index(names.MODEL),
                                    state.label_names.index(names.ROUTE),
@@ -179,12 +180,11 @@ class Aggregator:
             del self.applied[next(iter(self.applied))]
         if window:  # live pushes (not a replay at start) carry the worker's current gauges
             if delta.final:
-                self.gauges.pop(worker, None)
+                self._set_gauges(worker, None)
             else:
                 ttl = self.config.aggregator.gauge_ttl_seconds or max(3 * delta.interval,
                                                                       MIN_GAUGE_TTL)
-                self.gauges[worker] = (self.clock() + ttl, delta.in_flight)
-            self._publish_gauges()
+                self._set_gauges(worker, delta.in_flight, self.clock() + ttl)
         self.lost_batches += delta.lost_batches
         self.push_failures += delta.push_failures
         self.batches[names.PUSH_APPLIED] += 1
@@ -233,21 +233,31 @@ class Aggregator:
                 fold_key = (key[0], key[3])
                 delta.tenant_folds[fold_key] = delta.tenant_folds.get(fold_key, 0) + n
 
-    def _publish_gauges(self) -> None:
-        totals: dict[tuple[str, ...], int] = {}
-        for _, values in self.gauges.values():
-            for key, n in values.items():
-                totals[key] = totals.get(key, 0) + n
+    def _set_gauges(self, worker: str, values: dict[tuple[str, ...], int] | None,
+                    expires: float = 0.0) -> None:
+        """A worker's latest gauges (None: gone); the served totals follow incrementally."""
+        old = self.gauges.pop(worker, None)
+        if values is not None:
+            self.gauges[worker] = (expires, values)
+        old_values = old[1] if old is not None else {}
+        if old_values == (values or {}):
+            return
+        totals = self._gauge_totals
+        for key, n in old_values.items():
+            left = totals.get(key, 0) - n
+            if left:
+                totals[key] = left
+            else:
+                totals.pop(key, None)
+        for key, n in (values or {}).items():
+            totals[key] = totals.get(key, 0) + n
         self.recorder.replace_in_flight(totals)  # type: ignore[arg-type]
 
     def expire(self) -> None:
         """Drop the gauges of workers that stopped pushing."""
         now = self.clock()
-        dead = [w for w, (expires, _) in self.gauges.items() if expires < now]
-        for worker in dead:
-            del self.gauges[worker]
-        if dead:
-            self._publish_gauges()
+        for worker in [w for w, (expires, _) in self.gauges.items() if expires < now]:
+            self._set_gauges(worker, None)
 
     # --- HTTP -----------------------------------------------------------------------------------
 

@@ -254,13 +254,23 @@ def decode_counts(layout: Layout, data: bytes) -> tuple[list[int], list[int]]:
     while pos < n:
         found = _MULTI_BYTE.search(data, pos)
         end = found.start() if found is not None else n
-        if end > pos:
+        if end - pos >= 12:  # a long run: C-level
             run = data[pos:end]
             starts = list(accumulate(run.translate(_STEP), initial=index))
             is_count = run.translate(_IS_COUNT)
             indices += compress(starts, is_count)
             counts += compress(run.translate(_HALF), is_count)
             index = starts[-1]
+            pos = end
+        else:  # a short one: byte by byte
+            for v in data[pos:end]:
+                if v & 1:
+                    index += (v + 1) >> 1
+                else:
+                    if v:
+                        indices.append(index)
+                        counts.append(v >> 1)
+                    index += 1
             pos = end
         if found is None:
             break

@@ -401,3 +401,18 @@ def test_flusher_thread_pushes_on_its_own():
         assert sum(s.hist.count for s in ttft.series.values()) == total
     finally:
         agg.stop()
+
+
+def test_counts_codec_round_trips_random_histograms():
+    """Every mix of short and long runs, single- and multi-byte counts and zero runs."""
+    rng = random.Random(8)
+    layout = Layout(HOUR_US, 2)
+    for _ in range(150):
+        h = Histogram(layout)
+        for _ in range(rng.randint(1, 40)):
+            value = rng.choice([rng.randint(0, 200), int(rng.lognormvariate(10, 3))])
+            h.record_many([min(value, 10 * HOUR_US)] * rng.choice([1, 2, 63, 64, 65, 300,
+                                                                  9000]))
+        back = push.decode_hist(layout, push.encode_hist(h))
+        assert list(back.nonzero()) == list(h.nonzero()) and back.count == h.count
+        assert list(back.to_histogram().nonzero()) == list(h.nonzero())
