@@ -57,6 +57,8 @@ for _module in ("httpx2", "httpx"):
     except Exception:  # pragma: no cover - depends on what is installed
         pass
 
+_TRACED = httpx_trace.EVENTS
+
 # Call states.
 _REQUESTING, _STREAMING, _DONE = 0, 1, 2
 
@@ -140,7 +142,8 @@ class Tracked:
 
     # httpx trace extension (httpcore / httpcore2 call it with each connection event).
     def __call__(self, name: str, info: dict) -> None:
-        self.on_trace(name)
+        if name in _TRACED:  # about half of the events stamp nothing
+            self.on_trace(name)
 
     def on_trace(self, name: str) -> None:
         try:
@@ -263,7 +266,8 @@ class AsyncTracked(Tracked):
     __slots__ = ()
 
     async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
-        self.on_trace(name)
+        if name in _TRACED:
+            self.on_trace(name)
 
 
 def _collected(tracked: Tracked) -> None:
