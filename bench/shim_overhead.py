@@ -424,15 +424,15 @@ def _version(name: str) -> str:
 
 
 def run(quick: bool) -> list[str]:
-    runs = 5 if quick else 15
+    runs = 3 if quick else 15
     chunks = 200 if quick else CHUNKS
     modes = _Mode()
     lines = [f"openai {_version('openai')}; goal (DESIGN §5): ≤ 200 ns added per chunk, "
              "≤ 20 µs per call.", ""]
     lines += stream_consumption(modes, runs, chunks) + [""]
     lines += wrapper_alone(runs * 3, chunks) + [""]
-    lines += per_call(modes, runs, 50 if quick else 200) + [""]
-    lines += isolated_per_call(runs, 200 if quick else 2000)
+    lines += per_call(modes, runs, 20 if quick else 200) + [""]
+    lines += isolated_per_call(runs, 100 if quick else 2000)
     return lines
 
 
