@@ -204,3 +204,14 @@ async def test_async_stream_helper_cancel_and_concurrency(server, recorded):
     timelines = recorded.all()
     assert len(timelines) == 50 and {t.outcome for t in timelines} == {names.OK}
     assert all(len(t.token_times) == 3 for t in timelines) and drops() == 0
+
+
+def test_closing_at_message_stop_is_not_abandoning(server, recorded):
+    c = client(server)
+    s = create(c, tokens=3)
+    for event in s:
+        if event.type == "message_stop":
+            break
+    s.close()
+    t = recorded.one()
+    assert t.outcome == names.OK and len(t.token_times) == 3

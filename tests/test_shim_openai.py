@@ -470,3 +470,20 @@ def test_8_threads_share_one_client(server, recorded):
     assert {t.tenant for t in timelines} == {f"th{i}" for i in range(8)}
     assert all(len(t.token_times) == 4 for t in timelines)
     assert drops() == 0
+
+
+def test_closing_after_the_finish_reason_is_not_abandoning(server, recorded):
+    """A common loop stops at `finish_reason` and never reads the usage chunk or [DONE]."""
+    c = client(server)
+    with chat_stream(c, tokens=3) as s:
+        for chunk in s:
+            if chunk.choices and chunk.choices[0].finish_reason:
+                break
+    t = recorded.one()
+    assert t.outcome == names.OK and len(t.token_times) == 3
+    with c.responses.create(model="m", input="hi", stream=True,
+                            extra_headers=script(tokens=2)) as s:
+        for event in s:
+            if event.type == "response.completed":
+                break
+    assert recorded.one().outcome == names.OK

@@ -46,6 +46,8 @@ def classify(event: Any, tr: Tracked) -> str | None:
         _note(tr, field(message, "usage"), field(message, "model"))
     elif kind == "message_delta":
         _note(tr, field(event, "usage"), None)
+    elif kind == "message_stop":
+        tr.complete = True
     return None
 
 

@@ -34,14 +34,16 @@ def chat_classify(chunk: Any, tr: Tracked) -> str | None:
         delta = getattr(choices[0], "delta", None)
         if delta is not None and delta.content:
             return CONTENT
-        return _chat_other(choices)
+        return _chat_other(choices, tr)
     return None  # usage-only chunk
 
 
-def _chat_other(choices: Any) -> str | None:
+def _chat_other(choices: Any, tr: Tracked | None = None) -> str | None:
     """Every case but the common one (text in the first choice): tools, reasoning, n > 1."""
     found = None
     for choice in choices:
+        if tr is not None and getattr(choice, "finish_reason", None):
+            tr.complete = True
         delta = getattr(choice, "delta", None)
         if delta is None:
             continue
@@ -86,10 +88,15 @@ RESPONSES_KINDS = {
 }
 
 
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
 def responses_classify(event: Any, tr: Tracked) -> str | None:
     kind = RESPONSES_KINDS.get(event.type)
-    if kind is not None and getattr(event, "delta", None):
-        return kind
+    if kind is not None:
+        return kind if getattr(event, "delta", None) else None
+    if tr is not None and event.type in _RESPONSE_ENDS:
+        tr.complete = True
     return None
 
 

@@ -128,7 +128,7 @@ class Tracked:
     """One measured SDK call. Also the httpx `trace` extension of its requests (sync flavour)."""
 
     __slots__ = ("call", "timeline", "endpoint", "state", "claimed", "gen", "finalizer",
-                 "usage", "__weakref__")
+                 "usage", "complete", "__weakref__")
 
     def __init__(self, call: Call, endpoint: Endpoint):
         self.call = call
@@ -139,6 +139,9 @@ class Tracked:
         self.gen: weakref.ref | None = None  # our stream wrapper, to tell if it is running
         self.finalizer: weakref.finalize | None = None
         self.usage: dict[str, Any] | None = None  # scratch for SDKs that spread usage
+        #: The response's own end was seen (finish_reason, response.completed, message_stop):
+        #: closing the stream after it, without reading the trailing framing, is not abandoning.
+        self.complete = False
 
     # httpx trace extension (httpcore / httpcore2 call it with each connection event).
     def __call__(self, name: str, info: dict) -> None:
@@ -235,7 +238,7 @@ class Tracked:
         self.state = _DONE
         now = perf_counter_ns() if at is None else at
         try:
-            if abandoned:
+            if abandoned and not self.complete:
                 self.call.abandon()
             fin = self.finalizer
             if fin is not None:
