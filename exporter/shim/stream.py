@@ -294,12 +294,13 @@ def sync_tokens(inner: Any, tr: Tracked) -> Any:
     t = tr.timeline
     append = t.token_times.append
     classify = tr.endpoint.classify
+    perf = perf_counter_ns
     last = None
     try:
         it = iter(inner)
         broken = False
         for chunk in it:  # cold: until the first answer token
-            now = perf_counter_ns()
+            now = perf()
             try:
                 if last is None:
                     t.first_byte = now
@@ -322,7 +323,7 @@ def sync_tokens(inner: Any, tr: Tracked) -> Any:
         hot = HOT_GENERIC if broken else tr.endpoint.hot
         if hot == HOT_CHAT:
             for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 try:
                     choices = chunk.choices
                     if choices and choices[0].delta.content:
@@ -337,7 +338,7 @@ def sync_tokens(inner: Any, tr: Tracked) -> Any:
                     break
         elif hot == HOT_RESPONSES:
             for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 try:
                     if chunk.type == "response.output_text.delta" and chunk.delta:
                         append(now)
@@ -351,7 +352,7 @@ def sync_tokens(inner: Any, tr: Tracked) -> Any:
                     break
         elif hot == HOT_ANTHROPIC:
             for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 try:
                     if chunk.type == "content_block_delta" and chunk.delta.type == "text_delta" \
                             and chunk.delta.text:
@@ -366,7 +367,7 @@ def sync_tokens(inner: Any, tr: Tracked) -> Any:
                     break
         elif not broken:
             for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 broken = not _other(chunk, tr, now)
                 last = chunk
                 yield chunk
@@ -403,12 +404,13 @@ async def async_tokens(inner: Any, tr: Tracked) -> Any:
     t = tr.timeline
     append = t.token_times.append
     classify = tr.endpoint.classify
+    perf = perf_counter_ns
     last = None
     try:
         it = inner.__aiter__()
         broken = False
         async for chunk in it:
-            now = perf_counter_ns()
+            now = perf()
             try:
                 if last is None:
                     t.first_byte = now
@@ -431,7 +433,7 @@ async def async_tokens(inner: Any, tr: Tracked) -> Any:
         hot = HOT_GENERIC if broken else tr.endpoint.hot
         if hot == HOT_CHAT:
             async for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 try:
                     choices = chunk.choices
                     if choices and choices[0].delta.content:
@@ -446,7 +448,7 @@ async def async_tokens(inner: Any, tr: Tracked) -> Any:
                     break
         elif hot == HOT_RESPONSES:
             async for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 try:
                     if chunk.type == "response.output_text.delta" and chunk.delta:
                         append(now)
@@ -460,7 +462,7 @@ async def async_tokens(inner: Any, tr: Tracked) -> Any:
                     break
         elif hot == HOT_ANTHROPIC:
             async for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 try:
                     if chunk.type == "content_block_delta" and chunk.delta.type == "text_delta" \
                             and chunk.delta.text:
@@ -475,7 +477,7 @@ async def async_tokens(inner: Any, tr: Tracked) -> Any:
                     break
         elif not broken:
             async for chunk in it:
-                now = perf_counter_ns()
+                now = perf()
                 broken = not _other(chunk, tr, now)
                 last = chunk
                 yield chunk
