@@ -11,13 +11,14 @@ exact merge, and excludes the client.
 
 from __future__ import annotations
 
+import gc
 import http.client
 import random
 import sys
 import time
 
 from exporter import names, push
-from exporter.aggregator import Aggregator
+from exporter.aggregator import Aggregator, tune_gc
 from exporter.config import Config
 from exporter.demo.loadgen import ANTHROPIC_SHARE, MODELS, ROUTES, TENANTS
 from exporter.exposition import Renderer
@@ -89,6 +90,8 @@ def aggregator_cpu(workers: int, calls_per_push: int, rounds: int) -> tuple[Stat
     target = Recorder(config)
     agg = Aggregator(config, target)
     renderer = Renderer(target)
+    thresholds = gc.get_threshold()
+    tune_gc()  # as `ttft-exporter serve` does
     server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0).start()
     clock = time.pthread_getcpuclockid(server._thread.ident)  # type: ignore[arg-type]
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
@@ -117,6 +120,8 @@ def aggregator_cpu(workers: int, calls_per_push: int, rounds: int) -> tuple[Stat
     finally:
         conn.close()
         server.stop()
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
     return Stat.of(shares), Stat.of(per_push_ms), body_bytes, series, scrape_ms
 
 

@@ -23,7 +23,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from . import push
-    from .aggregator import Aggregator
+    from .aggregator import Aggregator, tune_gc
     from .server import create_app
 
     push.disable()  # the aggregator's recorder holds the merged totals: never drain it
@@ -31,6 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     addr = args.addr or config.server.addr
     port = args.port if args.port is not None else config.server.port
     aggregator = Aggregator(config, runtime.state().recorder)  # restores the snapshot, if any
+    tune_gc()
     if not aggregator.push_token and addr not in ("127.0.0.1", "::1", "localhost"):
         print(f"ttft-exporter serve: /push accepts unauthenticated pushes on {addr}; set "
               f"aggregator.push_token_file", file=sys.stderr)

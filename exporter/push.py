@@ -26,12 +26,18 @@ inflate it before any size check; the aggregator refuses one), and inflates to o
     {"format": "ttft-exporter-delta", "version": 1, "worker": "host/pid/random", "seq": 7,
      "interval": 5.0, "final": false,
      "layouts": {"seconds": [highest, digits, [le boundaries...]], "tokens": [...]},
-     "histograms": {family: [[[label values in sorted label-name order], counts, count, sum,
-                              [[pos, n], ...], [[bucket, trace id, value, time]...]], ...]},
+     "labels": [[label values in the family's sorted label-name order], ...],
+     "histograms": {family: [label ref, counts, count, sum,  label ref, counts, count, sum, ...]},
+     "straddles": {family: [[series, boundary position, n], ...]},
+     "exemplars": {family: [[series, le bucket, trace id, value, unix time], ...]},
      "requests": [[model, outcome, provider, route, tenant, n], ...],
      "in_flight": [[model, provider, route, n], ...],       (current values, not increments)
      "tenant_folds": [[model, route, n], ...], "dropped": {reason: n},
      "lost_batches": n, "push_failures": n}
+
+Each series is four items of its family's flat list: a reference into `labels` (label tuples
+are shared by the families), its counts, count and sum; `series` in the side tables is its
+position in that list. The layout keeps JSON parsing cheap: few objects per series.
 
 `counts` is the base64 of the counts payload of HdrHistogram's standard V2 encoding (ZigZag
 LEB128, runs of zeros as negative numbers). The V2 header, the same for every histogram of a
@@ -41,8 +47,8 @@ standard V2 encoding that any HdrHistogram library reads. `count` (the number of
 the counts must add up to: a truncated payload fails) and what the HDR format cannot carry
 travel beside it: the exact `sum` of the values, and for each `le` boundary that falls inside an
 HDR bucket (`pos` into the boundaries) the number `n` of that bucket's values at or under the
-boundary. The last list holds the exemplars: the latest traced call per `le` bucket (position
-into the boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
+boundary (`straddles`). `exemplars` are the latest traced call per `le` bucket (position into the
+boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import base64
 import http.client
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -59,12 +66,11 @@ import secrets
 import socket
 import ssl
 import struct
-import math
 import sys
 import threading
 import time
 import zlib
-from array import array
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate, compress
@@ -177,14 +183,19 @@ class Sparse:
         if not indices:
             return
         first, last = indices[0], indices[-1]
-        if not hist._counts or first < hist._lo or last >= hist._lo + len(hist._counts):
+        counts, lo = hist._counts, hist._lo
+        if not counts or first < lo or last >= lo + len(counts):
             hist._grow(first)
             hist._grow(last)
-        if hist._counts.typecode == "I" and hist.count + self.count > 0xFFFFFFFF:
+            counts, lo = hist._counts, hist._lo
+        if hist.count + self.count > 0xFFFFFFFF and counts.typecode == "I":
             hist._widen()  # no bucket can exceed the total count: widen before any overflow
-        counts, lo = hist._counts, hist._lo
-        for i, c in zip(indices, self.counts):
-            counts[i - lo] += c
+            counts = hist._counts
+        if first == last:
+            counts[first - lo] += self.counts[0]
+        else:
+            for i, c in zip(indices, self.counts):
+                counts[i - lo] += c
         hist.count += self.count
         hist.total += self.total
         if self.below:
@@ -330,38 +341,13 @@ def _straddle_index(layout: Layout) -> dict[int, int]:
     return cached[1]
 
 
-def hist_entry(values: tuple[str, ...], hist: Histogram,
-               exemplars: dict[int, Exemplar] | None = None) -> list[Any]:
-    """The JSON entry of one histogram: labels, V2 counts (base64), count, exact sum, straddle
-    counts, exemplars."""
-    below = sorted((hist._at_or_below or {}).items())
-    return [list(values), base64.b64encode(encode_counts(hist)).decode("ascii"),
-            hist.count, hist.total, [[p, n] for p, n in below if n],
-            [[p, *e] for p, e in sorted((exemplars or {}).items())]]
-
-
-def _read_exemplars(layout: Layout, items: Any) -> dict[int, Exemplar] | None:
-    if not isinstance(items, list):
-        raise PushError(MALFORMED, "exemplars are not a list")
-    out: dict[int, Exemplar] = {}
-    for item in items:
-        if not isinstance(item, list) or len(item) != 4:
-            raise PushError(MALFORMED, "an exemplar is not [bucket, trace id, value, time]")
-        position, trace_id, value, at = item
-        if type(position) is not int or not 0 <= position <= len(layout.boundaries):
-            raise PushError(MALFORMED, "exemplar bucket out of range")
-        if not _label_ok(trace_id, MAX_TRACE_ID) or not all(
-                type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in (value, at)):
-            raise PushError(MALFORMED, "exemplar trace id, value or time is invalid")
-        out[position] = (trace_id, float(value), float(at))
-    return out or None
-
-
 #: (layout, base64 counts) -> (indices, counts, count, lowest possible sum, highest possible sum
-#: or -1 when unbounded): small deltas (one bucket, a few values) recur across series and
-#: pushes, and their decoding and bounds are then a dictionary lookup.
+#: or -1 when unbounded): one-bucket deltas (a series with one or a few values in the interval,
+#: most series of most pushes) recur across series and pushes, and their decoding and bounds
+#: are then a dictionary lookup. Only those are kept: larger ones rarely repeat.
 _DECODED: dict[tuple[Layout, str], tuple[tuple[int, ...], tuple[int, ...], int, int, int]] = {}
-_DECODED_MAX = 50_000
+_DECODED_MAX = 100_000
+_DECODED_KEY_MAX = 8  # base64 characters: up to 6 bytes, a zero run and one count
 
 
 def _decoded(layout: Layout, b64: str) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
@@ -382,14 +368,14 @@ def _decoded(layout: Layout, b64: str) -> tuple[tuple[int, ...], tuple[int, ...]
     high = -1 if indices[-1] == len(lowest) - 1 else \
         low + sum(map(mul, counts, map(width.__getitem__, indices)))
     found = (tuple(indices), tuple(counts), sum(counts), low, high)
-    if len(b64) <= 64:  # only the small ones recur
+    if len(b64) <= _DECODED_KEY_MAX:
         if len(_DECODED) >= _DECODED_MAX:
             _DECODED.clear()
         _DECODED[key] = found
     return found
 
 
-def _read_hist(layout: Layout, b64: Any, count: Any, total: Any, straddles: Any) -> Sparse:
+def _read_hist(layout: Layout, b64: Any, count: Any, total: Any) -> Sparse:
     if b64.__class__ is not str:
         raise PushError(MALFORMED, "histogram counts are not a string")
     indices, counts, n, low, high = _decoded(layout, b64)
@@ -399,27 +385,49 @@ def _read_hist(layout: Layout, b64: Any, count: Any, total: Any, straddles: Any)
         raise PushError(MALFORMED, "histogram count does not match its counts (truncated?)")
     if total < low or (total > high >= 0):
         raise PushError(MALFORMED, "histogram sum outside what its buckets allow")
-    hist = Sparse(layout, indices, counts, n)
-    hist.total = total
-    if straddles.__class__ is not list:
-        raise PushError(MALFORMED, "straddle counts are not a list")
-    if straddles:
-        where = _straddle_index(layout)
-        in_bucket = dict(zip(hist.indices, hist.counts))
-        below: dict[int, int] = {}
-        for item in straddles:
-            if not isinstance(item, list) or len(item) != 2:
-                raise PushError(MALFORMED, "a straddle count is not a [position, count] pair")
-            p, n = _count(item[0], "boundary position"), _count(item[1], "straddle count")
-            i = where.get(p)
-            if i is None or p in below:
-                raise PushError(MALFORMED, f"boundary {p} does not straddle a bucket (or repeats)")
-            if n > in_bucket.get(i, 0):
-                raise PushError(MALFORMED, "straddle count above its bucket's count")
-            if n:
-                below[p] = n
-        hist.below = below or None
-    return hist
+    return Sparse(layout, indices, counts, n, total)
+
+
+def _row(item: Any, n: int, what: str) -> list[Any]:
+    if item.__class__ is not list or len(item) != n:
+        raise PushError(MALFORMED, f"a {what} row is not a list of {n}")
+    return item
+
+
+def _read_straddles(layout: Layout, rows: Any, series: list[Sparse]) -> None:
+    """[[series, boundary position, count at or under it], ...] of one family."""
+    where = _straddle_index(layout)
+    for item in _list(rows, "straddles"):
+        s, p, n = _row(item, 3, "straddle")
+        if s.__class__ is not int or not 0 <= s < len(series):
+            raise PushError(MALFORMED, "straddle count of a series not in the push")
+        p, n = _count(p, "boundary position"), _count(n, "straddle count")
+        hist = series[s]
+        below = hist.below
+        if below is None:
+            below = hist.below = {}
+        i = where.get(p)
+        if i is None or p in below:
+            raise PushError(MALFORMED, f"boundary {p} does not straddle a bucket (or repeats)")
+        k = bisect_left(hist.indices, i)
+        if n > (hist.counts[k] if k < len(hist.indices) and hist.indices[k] == i else 0):
+            raise PushError(MALFORMED, "straddle count above its bucket's count")
+        below[p] = n
+
+
+def _read_exemplars(layout: Layout, rows: Any, keys: list[Any],
+                    into: dict[Any, dict[int, Exemplar]]) -> None:
+    """[[series, le bucket, trace id, value, unix time], ...] of one family."""
+    for item in _list(rows, "exemplars"):
+        s, position, trace_id, value, at = _row(item, 5, "exemplar")
+        if s.__class__ is not int or not 0 <= s < len(keys):
+            raise PushError(MALFORMED, "exemplar of a series not in the push")
+        if position.__class__ is not int or not 0 <= position <= len(layout.boundaries):
+            raise PushError(MALFORMED, "exemplar bucket out of range")
+        if not _label_ok(trace_id, MAX_TRACE_ID) or not all(
+                type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in (value, at)):
+            raise PushError(MALFORMED, "exemplar trace id, value or time is invalid")
+        into.setdefault(keys[s], {})[position] = (trace_id, float(value), float(at))
 
 
 # --- deltas -------------------------------------------------------------------------------------
@@ -488,16 +496,33 @@ def layouts_of(recorder: Any) -> dict[str, list[Any]]:
 
 def payload(delta: Delta, layouts: dict[str, list[Any]]) -> dict[str, Any]:
     """The JSON document of a delta (before compression)."""
+    table: dict[tuple[str, ...], int] = {}
     histograms: dict[str, list[Any]] = {}
-    exemplars = delta.exemplars
+    straddles: dict[str, list[list[int]]] = {}
+    exemplars: dict[str, list[list[Any]]] = {}
     for (family, values), hist in delta.histograms.items():
-        if hist.count:
-            histograms.setdefault(family, []).append(
-                hist_entry(values, hist, exemplars.get((family, values))))
+        if not hist.count:
+            continue
+        ref = table.get(values)
+        if ref is None:
+            ref = table[values] = len(table)
+        flat = histograms.setdefault(family, [])
+        series = len(flat) // 4
+        flat += [ref, base64.b64encode(encode_counts(hist)).decode("ascii"), hist.count,
+                 hist.total]
+        below = hist._at_or_below
+        if below:
+            straddles.setdefault(family, []).extend(
+                [series, p, n] for p, n in sorted(below.items()) if n)
+        found = delta.exemplars.get((family, values))
+        if found:
+            exemplars.setdefault(family, []).extend(
+                [series, p, *e] for p, e in sorted(found.items()))
     return {
         "format": FORMAT, "version": VERSION, "worker": delta.worker, "seq": delta.seq,
         "interval": delta.interval, "final": delta.final, "layouts": layouts,
-        "histograms": histograms,
+        "labels": [list(values) for values in table],
+        "histograms": histograms, "straddles": straddles, "exemplars": exemplars,
         "requests": [[*k, n] for k, n in delta.requests.items() if n],
         "in_flight": [[*k, n] for k, n in delta.in_flight.items() if n],
         "tenant_folds": [[*k, n] for k, n in delta.tenant_folds.items() if n],
@@ -573,34 +598,49 @@ def from_payload(doc: Any, recorder: Any) -> Delta:
             raise PushError(INCOMPATIBLE, f"the {unit} histogram layout differs from the "
                                           f"aggregator's (digits, range or buckets)")
     families = recorder.families
+    table = _list(doc.get("labels"), "labels")
     by_family = doc.get("histograms")
-    if by_family.__class__ is not dict:
-        raise PushError(MALFORMED, "histograms must be an object of family -> series")
+    straddles, exemplars = doc.get("straddles"), doc.get("exemplars")
+    if by_family.__class__ is not dict or straddles.__class__ is not dict or \
+            exemplars.__class__ is not dict:
+        raise PushError(MALFORMED, "histograms, straddles and exemplars must be objects keyed "
+                                   "by family")
+    if not set(straddles) <= set(by_family) or not set(exemplars) <= set(by_family):
+        raise PushError(MALFORMED, "straddles or exemplars of a family without histograms")
     histograms = delta.histograms
-    for name, entries in by_family.items():
+    checked: dict[tuple[int, int], tuple[str, ...]] = {}
+    n_table = len(table)
+    for name, flat in by_family.items():
         state = families.get(name)
         if state is None:
             raise PushError(MALFORMED, f"unknown histogram family {str(name)[:80]!r}")
-        if entries.__class__ is not list:
-            raise PushError(MALFORMED, f"{name}: expected a list of series")
+        if flat.__class__ is not list or len(flat) % 4:
+            raise PushError(MALFORMED, f"{name}: expected [labels, counts, count, sum] x series")
         layout, n_labels = state.layout, len(state.label_names)
         phase = state.label_names.index(names.PHASE) \
             if state.family.extra_label == names.PHASE else -1
-        for entry in entries:
-            if entry.__class__ is not list or len(entry) != 6:
-                raise PushError(MALFORMED, "a histogram entry is not [labels, counts, count, "
-                                           "sum, straddles, exemplars]")
-            values, b64, count, total, straddles, exemplars = entry
-            key = (name, _labels(values, n_labels, max_len, "histogram labels"))
-            if phase >= 0 and key[1][phase] not in names.PHASES:
+        keys: list[tuple[str, tuple[str, ...]]] = []
+        series: list[Sparse] = []
+        it = iter(flat)
+        for ref, b64, count, total in zip(it, it, it, it):
+            if ref.__class__ is not int or not 0 <= ref < n_table:
+                raise PushError(MALFORMED, "label reference out of the labels table")
+            labels = checked.get((ref, n_labels))
+            if labels is None:
+                labels = checked[(ref, n_labels)] = _labels(table[ref], n_labels, max_len,
+                                                            "histogram labels")
+            if phase >= 0 and labels[phase] not in names.PHASES:
                 raise PushError(MALFORMED, "unknown phase")
+            key = (name, labels)
             if key in histograms:
                 raise PushError(MALFORMED, "a series appears twice")
-            histograms[key] = _read_hist(layout, b64, count, total, straddles)
-            if exemplars.__class__ is not list or exemplars:
-                found = _read_exemplars(layout, exemplars)
-                if found:
-                    delta.exemplars[key] = found
+            hist = histograms[key] = _read_hist(layout, b64, count, total)
+            keys.append(key)
+            series.append(hist)
+        if name in straddles:
+            _read_straddles(layout, straddles[name], series)
+        if name in exemplars:
+            _read_exemplars(layout, exemplars[name], keys, delta.exemplars)
     _rows(doc.get("requests"), "requests", 5, max_len, delta.requests)
     for key in delta.requests:
         if key[1] not in names.OUTCOMES:

@@ -358,12 +358,18 @@ class Recorder:
         keep = self.config.window.slices
         slice_id = time.perf_counter_ns() // self.slice_ns
         with self._lock:
+            dirty = self._dirty
             for (name, values), hist in delta.histograms.items():
                 state = self.families[name]
-                series = self._series(state, values)
+                series = state.series.get(values)
                 if series is None:
-                    continue
-                series.fold(keep)
+                    series = self._series(state, values)
+                    if series is None:
+                        continue
+                else:
+                    dirty.add(series)
+                if series.pending:
+                    series.fold(keep)
                 # a received histogram (push.Sparse) adds itself, bucket by non-empty bucket
                 add_to = getattr(hist, "add_to", None)
                 if add_to is None:

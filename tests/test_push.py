@@ -95,22 +95,26 @@ def test_truncated_or_corrupt_hdr_is_a_push_error(cut):
         push.decode_hist(h.layout, bad_cookie)
 
 
-def test_entry_carries_count_exact_sum_and_straddle_counts():
+def test_counts_carry_count_exact_sum_and_straddle_counts():
     h = sample_hist(4)
-    labels, counts, count, total, straddles, exemplars = push.hist_entry(("a",), h)
-    back = push._read_hist(h.layout, counts, count, total, straddles).to_histogram()
-    assert back.total == h.total and back.cumulative_at() == h.cumulative_at()
-    assert list(back.nonzero()) == list(h.nonzero())
+    counts = base64.b64encode(push.encode_counts(h)).decode()
+    back = push._read_hist(h.layout, counts, h.count, h.total)
+    push._read_straddles(h.layout, [[0, p, n] for p, n in h._at_or_below.items()], [back])
+    full = back.to_histogram()
+    assert full.total == h.total and full.cumulative_at() == h.cumulative_at()
+    assert list(full.nonzero()) == list(h.nonzero())
     # the counts plus the layout's V2 header are a standard encoding
     raw = base64.b64decode(counts)
     assert push.v2_header(h.layout, len(raw)) + raw == push.encode_hist(h)
     with pytest.raises(push.PushError):  # a sum its buckets cannot produce
-        push._read_hist(h.layout, counts, count, 0, straddles)
+        push._read_hist(h.layout, counts, h.count, 0)
+    (pos, n), = list(h._at_or_below.items())[:1]
     with pytest.raises(push.PushError):  # a straddle count above its bucket
-        push._read_hist(h.layout, counts, count, total, [[straddles[0][0], h.count + 1]])
+        push._read_straddles(h.layout, [[0, pos, h.count + 1]],
+                             [push._read_hist(h.layout, counts, h.count, h.total)])
     truncated = base64.b64encode(raw[:-2]).decode()
     with pytest.raises(push.PushError):  # the counts no longer add up to the count
-        push._read_hist(h.layout, truncated, count, total, straddles)
+        push._read_hist(h.layout, truncated, h.count, h.total)
 
 
 # --- drain --------------------------------------------------------------------------------------
@@ -341,11 +345,11 @@ def test_payload_is_compressed_json_with_the_documented_fields():
     doc = json.loads(zlib.decompress(push.encode(delta, push.layouts_of(rec))))
     assert doc["format"] == "ttft-exporter-delta" and doc["version"] == 1
     assert set(doc) == {"format", "version", "worker", "seq", "interval", "final", "layouts",
-                        "histograms", "requests", "in_flight", "tenant_folds", "dropped",
-                        "lost_batches", "push_failures"}
-    [[labels, counts, count, total, straddles, exemplars]] = doc["histograms"][names.TTFT.name]
-    assert labels == ["m", "p", "r", "t"] and count == 1 and total == 1500
-    assert exemplars and exemplars[0][1] == "abc"
+                        "labels", "histograms", "straddles", "exemplars", "requests",
+                        "in_flight", "tenant_folds", "dropped", "lost_batches", "push_failures"}
+    ref, counts, count, total = doc["histograms"][names.TTFT.name]
+    assert doc["labels"][ref] == ["m", "p", "r", "t"] and count == 1 and total == 1500
+    assert doc["exemplars"][names.TTFT.name][0][2] == "abc"
     assert doc["requests"] == [["m", "ok", "p", "r", "t", 1]]
 
 
