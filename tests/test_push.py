@@ -420,3 +420,13 @@ def test_counts_codec_round_trips_random_histograms():
         back = push.decode_hist(layout, push.encode_hist(h))
         assert list(back.nonzero()) == list(h.nonzero()) and back.count == h.count
         assert list(back.to_histogram().nonzero()) == list(h.nonzero())
+
+
+def test_push_benchmark_runs_quick():
+    """bench/push.py runs (tiny sizes, no timing assertion), so it never rots."""
+    from bench.push import run
+
+    lines = run(quick=True)
+    assert lines[0].startswith("| figure |")
+    assert any("aggregator CPU" in line for line in lines)
+    assert any("payload bytes per series" in line for line in lines)
