@@ -166,6 +166,18 @@ class AggregatorConfig:
 
 
 @dataclass(frozen=True)
+class OtelConfig:
+    """OpenTelemetry: spans and GenAI metrics go through the app's own providers, if any."""
+
+    #: One span per call when the app installed an SDK TracerProvider.
+    traces: bool = True
+    #: Send the span's context (`traceparent`) with the request so a provider's span can join.
+    propagate: bool = True
+    #: The GenAI client metrics through the app's MeterProvider (for OTLP pipelines).
+    metrics: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = ServerConfig()
     labels: LabelConfig = LabelConfig()
@@ -177,6 +189,7 @@ class Config:
     alerting: AlertingConfig = AlertingConfig()
     push: PushConfig = PushConfig()
     aggregator: AggregatorConfig = AggregatorConfig()
+    otel: OtelConfig = OtelConfig()
 
     def slo_thresholds(self) -> tuple[float, ...]:
         """Every SLO threshold in seconds: each must be a bucket boundary."""
@@ -200,7 +213,7 @@ class Config:
 _SECTIONS: dict[str, type] = {
     "server": ServerConfig, "labels": LabelConfig, "histograms": HistogramConfig,
     "window": WindowConfig, "alerting": AlertingConfig, "push": PushConfig,
-    "aggregator": AggregatorConfig,
+    "aggregator": AggregatorConfig, "otel": OtelConfig,
 }
 
 

@@ -20,6 +20,7 @@ from grafanalib import core
 from . import alerts, names
 from .alerts import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
 from .config import Config
+from .recorder import WINDOWED
 
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -50,11 +51,14 @@ BASE = [step("green")]
 class PromTarget(core.Target):
     """A Prometheus query bound to the datasource variable, without grafanalib's legacy keys."""
 
+    #: Ask Grafana for the exemplars (trace ids) of the buckets this query reads.
+    exemplar = attr.ib(default=False, validator=attr.validators.instance_of(bool))
+
     def to_json_data(self) -> dict[str, Any]:
         return {
-            "datasource": DATASOURCE, "editorMode": "code", "expr": self.expr,
-            "format": self.format, "instant": self.instant, "range": not self.instant,
-            "legendFormat": self.legendFormat, "refId": self.refId,
+            "datasource": DATASOURCE, "editorMode": "code", "exemplar": self.exemplar,
+            "expr": self.expr, "format": self.format, "instant": self.instant,
+            "range": not self.instant, "legendFormat": self.legendFormat, "refId": self.refId,
         }
 
 
@@ -200,7 +204,10 @@ SPECS = (OVERVIEW, PHASES, TENANTS, STREAM)
 
 def target(expr: str, legend: str = "", *, instant: bool = False,
            fmt: str = core.TIME_SERIES_TARGET_FORMAT) -> PromTarget:
-    return PromTarget(expr=expr, legendFormat=legend, instant=instant, format=fmt)
+    """A query; range queries over the buckets of a family with exemplars show them."""
+    exemplar = not instant and any(f"{name}_bucket" in expr for name in WINDOWED)
+    return PromTarget(expr=expr, legendFormat=legend, instant=instant, format=fmt,
+                      exemplar=exemplar)
 
 
 def _with_ref_ids(targets: Sequence[PromTarget]) -> list[PromTarget]:

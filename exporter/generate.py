@@ -16,6 +16,9 @@ from grafanalib._gen import DashboardEncoder
 from . import alerts, dashboards
 from .config import Config
 
+#: The Helm chart carries copies (Helm reads files only inside the chart): written too when the
+#: output directory holds the chart, so one command keeps all three in step.
+CHART_FILES = Path("helm", "ttft-exporter", "files")
 RECORDING_FILE = "recording_rules.yaml"
 ALERTING_FILE = "alerting_rules.yaml"
 YAML_HEADER = (f"# {alerts.GENERATED_BY[0].upper()}{alerts.GENERATED_BY[1:]}.\n"
@@ -56,6 +59,8 @@ def generate(config: Config, out_dir: Path) -> list[Path]:
     }
     for uid, dashboard in dashboards.dashboards(config).items():
         files[Path("dashboards", f"{uid}.json")] = dashboard_json(dashboard)
+    if (Path(out_dir) / CHART_FILES).parent.is_dir():
+        files.update({CHART_FILES / relative: text for relative, text in list(files.items())})
     written = []
     for relative, text in sorted(files.items()):
         path = Path(out_dir) / relative

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from opentelemetry import metrics, trace
+from opentelemetry import context, metrics, trace
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -50,6 +50,19 @@ class CallSpan:
         context = self.span.get_span_context()
         if context.is_valid and context.trace_flags.sampled:
             t.trace_id = format(context.trace_id, "032x")
+
+    def activate(self) -> object | None:
+        """Make this span the current one (returns the token for `deactivate`)."""
+        if self.span is None:
+            return None
+        return context.attach(trace.set_span_in_context(self.span))
+
+    def deactivate(self, token: object | None) -> None:
+        if token is not None:
+            try:
+                context.detach(token)  # type: ignore[arg-type]
+            except Exception:  # detached in another context: OTel logs it; never raise
+                pass
 
     def inject(self, headers: Any) -> None:
         """Write `traceparent` (and the app's other propagators' headers) into `headers`."""

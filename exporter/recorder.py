@@ -163,11 +163,12 @@ class Recorder:
             self.drops[names.DROP_INTERNAL] += 1
             return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
 
-    def record_call(self, t: CallTimeline, in_flight_key: tuple[str, str, str] | None = None
-                    ) -> None:
-        """Record every metric of one finished call."""
+    def record_call(self, t: CallTimeline, in_flight_key: tuple[str, str, str] | None = None,
+                    derived: Derived | None = None) -> None:
+        """Record every metric of one finished call (`derived`: `derive(t)`, if already done)."""
         try:
-            derived = derive(t)
+            if derived is None:
+                derived = derive(t)
             with self._lock:
                 if in_flight_key is not None and self.in_flight.get(in_flight_key, 0) > 0:
                     self.in_flight[in_flight_key] -= 1

@@ -1,6 +1,7 @@
 """Copy the generated alerts/ and dashboards/ into the Helm chart (Helm reads files only from
-inside the chart directory). Run after `ttft-exporter generate`; tests/test_helm.py fails while
-the chart's copies differ from the committed originals.
+inside the chart directory). `ttft-exporter generate` writes the copies itself when run at the
+repository's top; this script is for originals edited any other way. tests/test_helm.py fails
+while the chart's copies differ from the committed originals.
 
     python helm/sync_files.py          # copy
     python helm/sync_files.py --check  # exit 1 when a copy is missing or differs

@@ -56,9 +56,9 @@ class Recorded:
         rec = runtime.state().recorder
         original = rec.record_call
 
-        def record_call(t: CallTimeline, key=None) -> None:
+        def record_call(t: CallTimeline, key=None, derived=None) -> None:
             self.timelines.append(t)
-            original(t, key)
+            original(t, key, derived)
 
         rec.record_call = record_call  # instance attribute: this test's recorder only
 

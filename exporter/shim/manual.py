@@ -11,25 +11,47 @@ from __future__ import annotations
 from time import perf_counter_ns
 from types import TracebackType
 
-from .. import names, runtime
-from ..timeline import CallTimeline, outcome_of
+from typing import Any, MutableMapping
+
+from .. import names, otel, runtime
+from ..timeline import CallTimeline, derive, outcome_of
 from . import context
+
+_GENAI_METRICS = otel.GenAIMetrics()
 
 
 class Call:
     """One tracked call. Methods are cheap and safe to call in any order, any number of times."""
 
-    __slots__ = ("timeline", "_recorder", "_in_flight", "_finished")
+    __slots__ = ("timeline", "span", "span_attributes", "_state", "_in_flight", "_finished")
 
-    def __init__(self, model: str, provider: str, route: str | None, tenant: str | None):
+    def __init__(self, model: str, provider: str, route: str | None, tenant: str | None,
+                 start: int | None = None):
         labels = context.current()
-        self.timeline = CallTimeline(
-            start=perf_counter_ns(), model=model, provider=provider,
+        self.timeline = t = CallTimeline(
+            start=perf_counter_ns() if start is None else start, model=model, provider=provider,
             route=route if route is not None else labels.get("route", names.UNKNOWN),
             tenant=tenant if tenant is not None else labels.get("tenant", ""))
-        self._recorder = runtime.state().recorder
-        self._in_flight = self._recorder.started(model, provider, self.timeline.route)
+        self._state = state = runtime.state()
+        self._in_flight = state.recorder.started(model, provider, t.route)
         self._finished = False
+        #: The call's OpenTelemetry span (when the app traces); its trace id is the exemplar.
+        self.span = otel.CallSpan(t) if state.config.otel.traces else None
+        #: Extra span attributes a client knows (server.address, gen_ai.request.stream).
+        self.span_attributes: dict[str, Any] = {}
+
+    def activate(self) -> object | None:
+        """Make the call's span current while the client sends it (an SDK's own spans nest)."""
+        return self.span.activate() if self.span is not None else None
+
+    def deactivate(self, token: object | None) -> None:
+        if self.span is not None:
+            self.span.deactivate(token)
+
+    def inject(self, headers: MutableMapping[str, str]) -> None:
+        """Add the call's trace context (`traceparent`) to an outgoing request's headers."""
+        if self.span is not None and self._state.config.otel.propagate:
+            self.span.inject(headers)
 
     def dispatched(self) -> None:
         """The request left client-side queueing (pool wait, semaphore) for the connection."""
@@ -76,13 +98,19 @@ class Call:
         if self._finished:
             return
         self._finished = True
+        t = self.timeline
+        derived = None
         try:
-            t = self.timeline
             t.end = perf_counter_ns() if end is None else end
             if t.outcome is None or exc is not None:
                 t.outcome = outcome_of(exc)
+            derived = derive(t)
+            if self.span is not None:
+                self.span.finish(t, derived, exc, self.span_attributes)
+            if self._state.config.otel.metrics:
+                _GENAI_METRICS.record(t, derived)
         finally:
-            self._recorder.record_call(self.timeline, self._in_flight)
+            self._state.recorder.record_call(t, self._in_flight, derived)
 
 
 class track:

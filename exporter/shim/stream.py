@@ -81,7 +81,7 @@ _deferred: deque[tuple[Call, BaseException | None, int]] = deque()
 
 def _finish(call: Call, exc: BaseException | None, end: int) -> None:
     try:
-        lock = getattr(call._recorder, "_lock", None)
+        lock = getattr(call._state.recorder, "_lock", None)
         if lock is not None and lock.locked():
             _deferred.append((call, exc, end))
             return
@@ -178,6 +178,8 @@ class Tracked:
         t = self.timeline
         t.dispatched = t.connected = t.sent = t.headers = None
         httpx_trace.attach(request, self)
+        self.call.inject(request.headers)
+        self.call.span_attributes[names.ATTR_SERVER_ADDRESS] = request.url.host
 
     def claim(self) -> bool:
         """True once: the first stream iterator built over this call's response is ours."""
@@ -514,13 +516,14 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> Tracked | Non
         return None
     body = getattr(options, "json_data", None)
     model = body.get("model") if isinstance(body, dict) else None
-    call = Call(model if isinstance(model, str) and model else names.UNKNOWN,
-                sdk.provider(client), None, None)
     cell = _START.get()
+    start = None
     if cell is not None and cell[0] is not None:
-        if cell[0] <= call.timeline.start:
-            call.timeline.start = cell[0]
-        cell[0] = None  # one method entry, one call
+        start, cell[0] = cell[0], None  # one method entry, one call
+    call = Call(model if isinstance(model, str) and model else names.UNKNOWN,
+                sdk.provider(client), None, None, start=start)
+    call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
+        isinstance(body, dict) and body.get("stream"))
     return (AsyncTracked if is_async else Tracked)(call, endpoint)
 
 
@@ -545,6 +548,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 finally:
                     _CURRENT.reset(token)
             token = _CURRENT.set(tracked)
+            span_token = tracked.call.activate()
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
             except BaseException as exc:
@@ -552,6 +556,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 raise
             finally:
                 _CURRENT.reset(token)
+                tracked.call.deactivate(span_token)
             tracked.returned(result, bool(kwargs.get("stream")))
             return result
         return request
@@ -573,6 +578,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             finally:
                 _CURRENT.reset(token)
         token = _CURRENT.set(tracked)
+        span_token = tracked.call.activate()
         try:
             result = original(self, cast_to, options, *args, **kwargs)
         except BaseException as exc:
@@ -580,6 +586,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             raise
         finally:
             _CURRENT.reset(token)
+            tracked.call.deactivate(span_token)
         tracked.returned(result, bool(kwargs.get("stream")))
         return result
     return request

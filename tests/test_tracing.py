@@ -1,0 +1,136 @@
+"""Tracing end to end: the real openai and anthropic SDKs under `instrument()` with an SDK
+TracerProvider produce one span per call (GenAI attributes, phase events at their real times),
+send `traceparent`, and the call's TTFT bucket carries its trace id as an exemplar that a real
+Prometheus (`--enable-feature=exemplar-storage`) returns from `/api/v1/query_exemplars`."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+
+import anthropic
+import httpx2
+import openai
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import exporter
+from exporter import names, otel, runtime
+from tests.support.prometheus import PrometheusServer, require_prometheus
+from tests.test_shim_support import instrumented, script, server  # noqa: F401
+
+MESSAGES = [{"role": "user", "content": "trace me"}]
+OPENMETRICS = "application/openmetrics-text;version=1.0.0"
+
+
+@pytest.fixture
+def spans(monkeypatch):
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    monkeypatch.setattr(otel.trace, "get_tracer_provider", lambda: provider)
+    return memory
+
+
+def test_openai_stream_makes_one_span_with_phases_and_sends_traceparent(
+        server, instrumented, spans):
+    sent_headers = []
+    http = httpx2.Client(event_hooks={"request": [lambda r: sent_headers.append(r.headers)]})
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0,
+                           http_client=http)
+    with exporter.labels(route="support", tenant="acme"):
+        stream = client.chat.completions.create(
+            model="gpt-4.1", messages=MESSAGES, stream=True,
+            extra_headers=script(server_wait=0.05, prefill=0.1, tokens=5, gap=0.01))
+        chunks = list(stream)
+    assert len(chunks) > 5
+    [span] = spans.get_finished_spans()
+    trace_id = format(span.context.trace_id, "032x")
+    assert sent_headers[0]["traceparent"].split("-")[1] == trace_id
+    a = span.attributes
+    assert span.name == "chat gpt-4.1"
+    assert a[names.ATTR_PROVIDER] == "local" and a[names.ATTR_SERVER_ADDRESS] == "127.0.0.1"
+    assert a[names.ATTR_REQUEST_STREAM] is True
+    assert (a[names.ATTR_ROUTE], a[names.ATTR_TENANT]) == ("support", "acme")
+    assert a[names.ATTR_TIME_TO_FIRST_CHUNK] >= 0.15
+    assert a[names.ATTR_PHASE_PREFIX + "server"] >= 0.05
+    assert a[names.ATTR_PHASE_PREFIX + "prefill"] >= 0.1
+    events = [e.name for e in span.events]  # boundary events only (no per-chunk ones), in order
+    assert events == [e for e in names.SPAN_EVENTS if e in events]
+    assert {"sent", "headers", "first_token", "first_answer_token", "last_token"} <= set(events)
+    stamp = {e.name: e.timestamp for e in span.events}
+    assert stamp["first_token"] - stamp["headers"] >= 0.1e9  # the scripted prefill, real times
+    # the exemplar of the TTFT bucket is this call's trace
+    body = runtime.state().renderer.render(openmetrics=True).decode()
+    assert re.search(rf'{names.TTFT.name}_bucket\{{le="[^"]+",model="gpt-4.1".*\}} 1\.0 '
+                     rf'# \{{trace_id="{trace_id}"\}}', body)
+
+
+def test_anthropic_error_span(server, instrumented, spans):
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    with pytest.raises(anthropic.RateLimitError):
+        client.messages.create(model="claude", max_tokens=10, messages=MESSAGES, stream=True,
+                               extra_headers=script(status=429))
+    [span] = [s for s in spans.get_finished_spans() if s.name == "chat claude"]
+    # anthropic's own span of the API call (the SDK traces itself) nests under ours
+    [sdk_span] = [s for s in spans.get_finished_spans() if s is not span]
+    assert sdk_span.parent.span_id == span.context.span_id
+    assert span.status.status_code.name == "ERROR"
+    assert span.attributes[names.ATTR_ERROR_TYPE] == "RateLimitError"
+    assert span.attributes[names.ATTR_OUTCOME] == names.ERROR
+
+
+def test_traceparent_can_be_turned_off(server, instrumented, spans):
+    runtime.configure({"otel": {"propagate": False}})
+    sent_headers = []
+    http = httpx2.Client(event_hooks={"request": [lambda r: sent_headers.append(r.headers)]})
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0,
+                           http_client=http)
+    client.chat.completions.create(model="m", messages=MESSAGES, extra_headers=script(tokens=2))
+    assert "traceparent" not in sent_headers[0]
+    assert len(spans.get_finished_spans()) == 1  # still traced, just not propagated
+
+
+def test_manual_api_joins_the_apps_tracing(spans):
+    tracer = otel.trace.get_tracer_provider().get_tracer("app")
+    with tracer.start_as_current_span("handler") as handler:
+        with exporter.track(model="llama", provider="vllm") as call:
+            call.token()
+    span, app_span = spans.get_finished_spans()
+    assert app_span is not None and span.parent.span_id == handler.get_span_context().span_id
+    assert call.timeline.trace_id == format(span.context.trace_id, "032x")
+    assert [e.name for e in span.events] == ["first_token", "first_answer_token", "last_token"]
+
+
+def test_prometheus_stores_the_exemplars(server, instrumented, spans):
+    require_prometheus()
+    srv = exporter.start_http_server(port=0)
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0)
+    try:
+        config = ("global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: t\n"
+                  f"    static_configs: [{{targets: ['127.0.0.1:{srv.port}']}}]\n")
+        with PrometheusServer(config, extra_flags=["--enable-feature=exemplar-storage"]) as prom:
+            trace_ids = set()
+            for _ in range(3):
+                list(client.chat.completions.create(
+                    model="gpt-4.1", messages=MESSAGES, stream=True,
+                    extra_headers=script(prefill=0.02, tokens=3)))
+                trace_ids.add(format(spans.get_finished_spans()[-1].context.trace_id, "032x"))
+            assert urllib.request.urlopen(urllib.request.Request(
+                srv.url, headers={"Accept": OPENMETRICS})).read().count(b"trace_id=") >= 1
+            deadline = time.monotonic() + 30
+            found: set[str] = set()
+            while time.monotonic() < deadline and not found:
+                now = time.time()
+                data = prom._get("/api/v1/query_exemplars", {
+                    "query": f"{names.TTFT.name}_bucket", "start": str(now - 300),
+                    "end": str(now + 5)})
+                found = {e["labels"]["trace_id"] for series in data
+                         for e in series["exemplars"]}
+                time.sleep(0.5)
+            assert found and found <= trace_ids, (found, trace_ids)
+    finally:
+        srv.stop()
