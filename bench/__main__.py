@@ -14,6 +14,8 @@ from pathlib import Path
 SECTIONS = [
     ("bench.core", "Recorder, memory and scrape (issue #2)"),
     ("bench.accuracy", "Accuracy of the quantiles"),
+    ("bench.shim_overhead", "SDK patch overhead (issue #3) and tracing (issue #6)"),
+    ("bench.push", "Multi-process push and aggregator (issue #5)"),
 ]
 
 

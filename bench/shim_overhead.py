@@ -394,6 +394,13 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
             gc.collect()
             samples.append(fn() / 1000)
         out.append(f"| {label} | {_stat(samples, 1)} |")
+    off, on, bare = _tracing_off_and_on(streamed, runs, calls)
+    added = [b - a for a, b in zip(off, on)]
+    out.append(f"| streamed call, tracing on (SDK TracerProvider, batch processor) | "
+               f"{_stat(on, 1)} (added by the span: {_stat(added, 1)}; goal ≤ 30 µs per call "
+               f"in all: {'met' if statistics.median(on) <= 30 else 'missed'}) |")
+    out.append(f"| for scale: one bare OTel SDK span (start, 3 attributes, end), same provider | "
+               f"{_stat(bare, 1)} |")
     from exporter import runtime
     from exporter.timeline import CallTimeline
 
@@ -412,6 +419,51 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
             "| call | µs per call |", "| --- | --- |", *out, "",
             f"Of which the recorder's `record_call` (derive + record every family): "
             f"{_stat(samples, 1)} µs."]
+
+
+def _tracing_off_and_on(fn: Callable[[], int], runs: int, calls: int
+                        ) -> tuple[list[float], list[float], list[float]]:
+    """µs per call of `fn` without and with an SDK TracerProvider, interleaved run by run,
+    and of a bare span on that provider (what any tracing of the call would cost at least)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SpanExporter,
+                                                SpanExportResult)
+
+    from exporter import otel
+
+    class Discard(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    original = otel.trace.get_tracer_provider
+    tracer = provider.get_tracer("bench")
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                  "gen_ai.provider.name": "p"}
+
+    def bare_spans() -> int:
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            tracer.start_span("chat m", attributes=attributes).end()
+        return (time.perf_counter_ns() - start) // calls
+
+    off: list[float] = []
+    on: list[float] = []
+    bare: list[float] = []
+    try:
+        for _ in range(runs):
+            otel.trace.get_tracer_provider = original
+            gc.collect()
+            off.append(fn() / 1000)
+            otel.trace.get_tracer_provider = lambda: provider
+            gc.collect()
+            on.append(fn() / 1000)
+            bare.append(bare_spans() / 1000)
+    finally:
+        otel.trace.get_tracer_provider = original
+        provider.shutdown()
+    return off, on, bare
 
 
 def _version(name: str) -> str:

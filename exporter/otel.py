@@ -28,6 +28,11 @@ _NO_SPAN_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _NO_METER_PROVIDER_NAMES = frozenset({"NoOpMeterProvider", "_ProxyMeterProvider"})
 
 
+def tracing() -> bool:
+    """True when the app installed a TracerProvider that records (one isinstance per call)."""
+    return not isinstance(trace.get_tracer_provider(), _NO_SPAN_PROVIDERS)
+
+
 class CallSpan:
     """The span of one call, or nothing when tracing is off. Never raises into the caller."""
 

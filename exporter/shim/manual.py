@@ -36,7 +36,7 @@ class Call:
         self._in_flight = state.recorder.started(model, provider, t.route)
         self._finished = False
         #: The call's OpenTelemetry span (when the app traces); its trace id is the exemplar.
-        self.span = otel.CallSpan(t) if state.config.otel.traces else None
+        self.span = otel.CallSpan(t) if state.config.otel.traces and otel.tracing() else None
         #: Extra span attributes a client knows (server.address, gen_ai.request.stream).
         self.span_attributes: dict[str, Any] = {}
 
