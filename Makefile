@@ -27,6 +27,7 @@ test: $(STAMP) prometheus
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'  # the peers measured side by side
 	$(PY) -m bench
 
 generate: $(STAMP)
