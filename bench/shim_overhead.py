@@ -185,6 +185,9 @@ def stream_consumption(modes: _Mode, runs: int, chunks: int) -> list[str]:
     if modes.peer is None:
         lines += ["", "OpenLLMetry is not installed here: `pip install "
                       "opentelemetry-instrumentation-openai` to add it to the table."]
+    lines += ["", "OpenLIT is not in the table: openlit 1.44 requires `openai<3` and "
+                  "`anthropic<1` (pip resolves openai 2.54 and anthropic 0.125), so it cannot run "
+                  "beside the httpx2-based SDKs measured here."]
     return lines
 
 
