@@ -20,9 +20,18 @@ from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain
 from operator import add
-from typing import Iterable, Sequence, Union
+from typing import Iterable, NamedTuple, Sequence, Union
 
 from hdrh.histogram import HdrHistogram
+
+
+class Batch(NamedTuple):
+    """Values sorted and grouped by HDR bucket: `indices[k]` holds ordered[ends[k-1]:ends[k]]."""
+
+    indices: list[int]
+    ends: list[int]
+    ordered: list[int]
+    total: int  # the exact sum of the values as given (before any clamping)
 
 
 class Layout:
@@ -75,13 +84,29 @@ class Layout:
         bucket = max((index >> self.half_magnitude) - 1, 0)
         return self.lowest_equivalent(index) + (1 << bucket) - 1
 
-    def indices(self, values: Sequence[int]) -> list[int]:
-        """HDR indices of many values (clamped to `highest`): one tight comprehension."""
-        if max(values) > self.highest:
-            values = [min(v, self.highest) for v in values]
+    def bucketize(self, values: Sequence[int]) -> "Batch":
+        """Sort a batch and count it per HDR bucket: one Python step per distinct bucket.
+
+        A call's inter-token gaps are hundreds of values in a few hundred buckets; sorting (in C)
+        and bisecting each bucket's end costs ~70 ns a value, against ~250 ns for indexing and
+        counting the values one by one.
+        """
+        total = sum(values)
+        ordered = sorted(values)
+        if ordered[-1] > self.highest:
+            ordered = [min(v, self.highest) for v in ordered]
         mask, shift, half_mag, half = self.mask, self.shift, self.half_magnitude, self.half_count
-        return [((b := (v | mask).bit_length() - shift) + 1 << half_mag) + (v >> b) - half
-                for v in values]
+        indices: list[int] = []
+        ends: list[int] = []
+        n, i = len(ordered), 0
+        while i < n:
+            v = ordered[i]
+            b = (v | mask).bit_length() - shift
+            sub = v >> b
+            i = bisect_left(ordered, (sub + 1) << b, i + 1)
+            indices.append(((b + 1) << half_mag) + sub - half)
+            ends.append(i)
+        return Batch(indices, ends, ordered, total)
 
     @property
     def counts_len(self) -> int:
@@ -110,39 +135,40 @@ class Histogram:
     def record_many(self, values: Sequence[int]) -> None:
         """Record values >= 0 (values above `layout.highest` land in the top bucket)."""
         if values:
-            self.record_indexed(self.layout.indices(values), values)
+            self.record_batch(self.layout.bucketize(values))
 
-    def record_indexed(self, indices: Sequence[int], values: Sequence[int]) -> None:
-        """Record values whose `layout.indices()` are known (one computation, many histograms)."""
-        low, high = min(indices), max(indices)
+    def record_batch(self, batch: "Batch") -> None:
+        """Record a bucketized batch (one `bucketize`, as many histograms as need it)."""
+        indices, ends = batch.indices, batch.ends
+        low, high = indices[0], indices[-1]  # sorted
         if low < self._lo or high >= self._lo + len(self._counts):
             self._grow(low)
             self._grow(high)
-        if self.count + len(indices) > 0xFFFFFFFF and self._counts.typecode == "I":
+        n = len(batch.ordered)
+        if self.count + n > 0xFFFFFFFF and self._counts.typecode == "I":
             self._widen()  # no bucket can exceed the total count: widen before any overflow
         counts, lo = self._counts, self._lo
-        for i in indices:
-            counts[i - lo] += 1
+        start = 0
+        for i, end in zip(indices, ends):
+            counts[i - lo] += end - start
+            start = end
         straddles = self.layout.straddles
-        highest = self.layout.highest
-        for i in straddles.keys() & set(indices):  # few: boundaries are few
-            k = indices.index(i)
-            while True:  # every occurrence, found by C-level search
-                self._note_straddle(i, min(values[k], highest))
-                try:
-                    k = indices.index(i, k + 1)
-                except ValueError:
-                    break
-        self.count += len(values)
-        self.total += sum(values)
+        if straddles:
+            for k, i in enumerate(indices):
+                if i in straddles:
+                    self._note_straddles(i, batch.ordered, ends[k - 1] if k else 0, ends[k])
+        self.count += n
+        self.total += batch.total
 
-    def _note_straddle(self, index: int, value: int) -> None:
+    def _note_straddles(self, index: int, ordered: list[int], start: int, end: int) -> None:
+        """Count the values of bucket `index` (ordered[start:end]) at or under its boundaries."""
         below = self._at_or_below
         if below is None:
             below = self._at_or_below = {}
         for pos in self.layout.straddles[index]:
-            if value <= self.layout.boundaries[pos]:
-                below[pos] = below.get(pos, 0) + 1
+            c = bisect_right(ordered, self.layout.boundaries[pos], start, end) - start
+            if c:
+                below[pos] = below.get(pos, 0) + c
 
     def _grow(self, index: int) -> None:
         """Extend the stored range to include `index`, a half-octave block at a time."""

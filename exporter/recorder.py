@@ -77,8 +77,8 @@ class Series:
         if not pending:
             return
         self.pending = []
-        indices = self.state.layout.indices(pending)
-        self.hist.record_indexed(indices, pending)
+        batch = self.state.layout.bucketize(pending)
+        self.hist.record_batch(batch)
         if self.state.windowed:
             slices = self.slices
             if slices is None:
@@ -88,7 +88,7 @@ class Series:
                 del slices[:-keep_slices]
             part = slices[-1][1]
             if isinstance(part, Histogram):
-                part.record_indexed(indices, pending)
+                part.record_batch(batch)
             else:
                 part.extend(pending)
                 if len(part) > RAW_SLICE_MAX:
