@@ -19,7 +19,7 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain
-from operator import add
+from operator import add, sub
 from typing import Iterable, NamedTuple, Sequence, Union
 
 from hdrh.histogram import HdrHistogram
@@ -157,25 +157,37 @@ class Histogram:
     def record_batch(self, batch: "Batch") -> None:
         """Record a bucketized batch (one `bucketize`, as many histograms as need it)."""
         indices, ends = batch.indices, batch.ends
-        low, high = indices[0], indices[-1]  # sorted
-        if low < self._lo or high >= self._lo + len(self._counts):
-            self._grow(low)
-            self._grow(high)
-        n = len(batch.ordered)
-        if self.count + n > 0xFFFFFFFF and self._counts.typecode == "I":
-            self._widen()  # no bucket can exceed the total count: widen before any overflow
-        counts, lo = self._counts, self._lo
-        start = 0
-        for i, end in zip(indices, ends):
-            counts[i - lo] += end - start
-            start = end
+        self.add_counts(indices, map(sub, ends, [0, *ends[:-1]]), len(batch.ordered),
+                        batch.total)
         straddles = self.layout.straddles
         if straddles:
             for k, i in enumerate(indices):
                 if i in straddles:
                     self._note_straddles(i, batch.ordered, ends[k - 1] if k else 0, ends[k])
-        self.count += n
-        self.total += batch.total
+
+    def add_counts(self, indices: Sequence[int], counts: Iterable[int], count: int, total: int,
+                   at_or_below: dict[int, int] | None = None) -> None:
+        """Add `counts` at ascending HDR `indices` (their sum is `count`, their values' sum
+        `total`), and straddle counts by boundary position: a batch, or a received histogram."""
+        if not indices:
+            return
+        low, high = indices[0], indices[-1]
+        if low < self._lo or high >= self._lo + len(self._counts) or not self._counts:
+            self._grow(low)
+            self._grow(high)
+        if self.count + count > 0xFFFFFFFF and self._counts.typecode == "I":
+            self._widen()  # no bucket can exceed the total count: widen before any overflow
+        buckets, lo = self._counts, self._lo
+        for i, c in zip(indices, counts):
+            buckets[i - lo] += c
+        self.count += count
+        self.total += total
+        if at_or_below:
+            below = self._at_or_below
+            if below is None:
+                below = self._at_or_below = {}
+            for pos, c in at_or_below.items():
+                below[pos] = below.get(pos, 0) + c
 
     def _note_straddles(self, index: int, ordered: list[int], start: int, end: int) -> None:
         """Count the values of bucket `index` (ordered[start:end]) at or under its boundaries."""
@@ -223,37 +235,9 @@ class Histogram:
                 other.layout.highest, other.layout.digits, other.layout.boundaries) != (
                 self.layout.highest, self.layout.digits, self.layout.boundaries):
             raise ValueError("cannot merge histograms of different layouts")
-        if other.count == 0:
-            return
-        first = other._first_nonzero()
-        last = other._last_nonzero()
-        if self.count == 0:
-            self._counts = array(other._counts.typecode, other._counts[first:last + 1])
-            self._lo = other._lo + first
-        else:
-            self._grow(other._lo + first)
-            self._grow(other._lo + last)
-            if self.count + other.count > 0xFFFFFFFF and self._counts.typecode == "I":
-                self._widen()
-            delta = other._lo - self._lo
-            counts = self._counts
-            for j in range(first, last + 1):
-                c = other._counts[j]
-                if c:
-                    counts[j + delta] += c
-        self.count += other.count
-        self.total += other.total
-        if other._at_or_below:
-            below = self._at_or_below = self._at_or_below or {}
-            for pos, c in other._at_or_below.items():
-                below[pos] = below.get(pos, 0) + c
-
-    def _first_nonzero(self) -> int:
-        return next(j for j, c in enumerate(self._counts) if c)
-
-    def _last_nonzero(self) -> int:
-        n = len(self._counts)
-        return next(j for j in range(n - 1, -1, -1) if self._counts[j])
+        if other.count:
+            indices, counts = zip(*other.nonzero())
+            self.add_counts(indices, counts, other.count, other.total, other._at_or_below)
 
     def nonzero(self) -> Iterable[tuple[int, int]]:
         """(HDR index, count) of every non-empty bucket, in value order."""
@@ -291,11 +275,11 @@ class Histogram:
         """An `hdrh` HdrHistogram with identical counts (for its V2 encoding, or checks)."""
         layout = self.layout
         h = HdrHistogram(1, layout.highest, layout.digits)
-        for i, c in self.nonzero():
+        pairs = list(self.nonzero())
+        for i, c in pairs:
             h.counts[i] += c
-        if self.count:
-            h.set_internal_tacking_values(self._lo + self._first_nonzero(),
-                                          self._lo + self._last_nonzero(), self.count)
+        if pairs:
+            h.set_internal_tacking_values(pairs[0][0], pairs[-1][0], self.count)
         return h
 
     @classmethod
@@ -308,15 +292,13 @@ class Histogram:
         if (hdr.highest_trackable_value, hdr.significant_figures) != (layout.highest,
                                                                       layout.digits):
             raise ValueError("hdr histogram layout differs")
+        counts = hdr.counts
+        indices = [i for i in range(min(hdr.counts_len, layout.counts_len)) if counts[i]]
+        found = [counts[i] for i in indices]
+        total = sum(c * ((layout.lowest_equivalent(i) + layout.highest_equivalent(i)) // 2)
+                    for i, c in zip(indices, found))
         out = cls(layout)
-        for i in range(min(hdr.counts_len, layout.counts_len)):
-            c = hdr.counts[i]
-            if c:
-                out._grow(i)
-                out._counts[i - out._lo] += c
-                mid = (layout.lowest_equivalent(i) + layout.highest_equivalent(i)) // 2
-                out.total += c * mid
-                out.count += c
+        out.add_counts(indices, found, sum(found), total)
         return out
 
 

@@ -179,31 +179,7 @@ class Sparse:
 
     def add_to(self, hist: Histogram) -> None:
         """`hist.add(self.to_histogram())`, exactly, touching only the non-empty buckets."""
-        indices = self.indices
-        if not indices:
-            return
-        first, last = indices[0], indices[-1]
-        counts, lo = hist._counts, hist._lo
-        if not counts or first < lo or last >= lo + len(counts):
-            hist._grow(first)
-            hist._grow(last)
-            counts, lo = hist._counts, hist._lo
-        if hist.count + self.count > 0xFFFFFFFF and counts.typecode == "I":
-            hist._widen()  # no bucket can exceed the total count: widen before any overflow
-            counts = hist._counts
-        if first == last:
-            counts[first - lo] += self.counts[0]
-        else:
-            for i, c in zip(indices, self.counts):
-                counts[i - lo] += c
-        hist.count += self.count
-        hist.total += self.total
-        if self.below:
-            below = hist._at_or_below
-            if below is None:
-                below = hist._at_or_below = {}
-            for pos, c in self.below.items():
-                below[pos] = below.get(pos, 0) + c
+        hist.add_counts(self.indices, self.counts, self.count, self.total, self.below)
 
     def add(self, other: "Sparse") -> None:
         """Merge another received histogram of the same series into this one."""
