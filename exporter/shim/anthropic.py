@@ -22,8 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .stream import (CONTENT, HOT_ANTHROPIC, REASONING, TOOL, SDK, Endpoint, Tracked,
-                     build_request_hook, field, provider_name, request_hook, start_hook,
-                     stream_hook)
+                     client_hooks, field, provider_name, start_hook)
 
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
                  "output_tokens")
@@ -117,14 +116,7 @@ def targets() -> list[tuple[type, str, Any]]:
     from anthropic import _base_client, _streaming
     from anthropic.resources.messages import messages
 
-    out: list[tuple[type, str, Any]] = [
-        (_base_client.SyncAPIClient, "request",
-         lambda f: request_hook(f, SDK_SPEC, is_async=False)),
-        (_base_client.AsyncAPIClient, "request",
-         lambda f: request_hook(f, SDK_SPEC, is_async=True)),
-        (_base_client.BaseClient, "_build_request", build_request_hook),
-        (_streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
-        (_streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
+    out = client_hooks(_base_client, _streaming, SDK_SPEC) + [
         (messages.Messages, "create", lambda f: start_hook(f, is_async=False)),
         (messages.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)),
     ]

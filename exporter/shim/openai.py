@@ -23,8 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .stream import (CONTENT, HOT_CHAT, HOT_RESPONSES, REASONING, TOOL, SDK, Endpoint, Tracked,
-                     build_request_hook, field, provider_name, request_hook, start_hook,
-                     stream_hook)
+                     client_hooks, field, provider_name, start_hook)
 
 
 # --- Chat Completions -----------------------------------------------------------------------------
@@ -149,15 +148,7 @@ def targets() -> list[tuple[type, str, Any]]:
     from openai.resources.chat.completions import completions
     from openai.resources.responses import responses
 
-    out: list[tuple[type, str, Any]] = [
-        (_base_client.SyncAPIClient, "request",
-         lambda f: request_hook(f, SDK_SPEC, is_async=False)),
-        (_base_client.AsyncAPIClient, "request",
-         lambda f: request_hook(f, SDK_SPEC, is_async=True)),
-        (_base_client.BaseClient, "_build_request", build_request_hook),
-        (_streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
-        (_streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
-    ]
+    out = client_hooks(_base_client, _streaming, SDK_SPEC)
     for sync_cls, async_cls in ((completions.Completions, completions.AsyncCompletions),
                                 (responses.Responses, responses.AsyncResponses)):
         for method in ("create", "parse"):

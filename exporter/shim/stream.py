@@ -592,6 +592,17 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
     return request
 
 
+def client_hooks(base_client: Any, streaming: Any, sdk: SDK) -> list[tuple[type, str, Any]]:
+    """The hooks every SDK built on Stainless' base client needs (openai, anthropic)."""
+    return [
+        (base_client.SyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=False)),
+        (base_client.AsyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=True)),
+        (base_client.BaseClient, "_build_request", build_request_hook),
+        (streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
+        (streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
+    ]
+
+
 def build_request_hook(original: Callable) -> Callable:
     """Wrap `BaseClient._build_request`: attach the current call as the trace extension."""
     @functools.wraps(original)
