@@ -326,6 +326,10 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
         slo_alerts += [
             _burn_alert("LLMTTFTBudgetBurnFast", PAGE, "ttft", scope, PAGE_BURN, w, config),
             _burn_alert("LLMTTFTBudgetBurnSlow", TICKET, "ttft", scope, TICKET_BURN, w, config),
+            _burn_alert("LLMFirstAnswerBudgetBurnFast", PAGE, "first_answer_token", scope,
+                        PAGE_BURN, w, config),
+            _burn_alert("LLMFirstAnswerBudgetBurnSlow", TICKET, "first_answer_token", scope,
+                        TICKET_BURN, w, config),
             _burn_alert("LLMErrorBudgetBurnFast", PAGE, ERRORS_SLI, scope, PAGE_BURN, w,
                         config),
             _burn_alert("LLMStreamStallsHigh", TICKET, "stall", scope, (STALL_BURN,), w, config),
@@ -357,6 +361,8 @@ _VALUE_PCT = "{{ $value | humanizePercentage }}"
 _BURN_FOR = {PAGE: 120, TICKET: 900}
 _BURN_TEXT = {
     "ttft": ("TTFT", "reached the first token within {threshold}"),
+    "first_answer_token": ("First answer token",
+                           "reached the first answer token (after reasoning) within {threshold}"),
     "stall": ("Stream stall", "streamed without a gap longer than {threshold}"),
     ERRORS_SLI: ("Request", "ended without an error or a timeout"),
 }
