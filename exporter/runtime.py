@@ -45,6 +45,21 @@ def state() -> State:
     return current
 
 
+def _fresh_locks_after_fork() -> None:
+    """In a forked child only the forking thread survives: a lock another thread held at fork
+    time would never be released. The child keeps the data (as prometheus_client does) with new
+    locks; push mode additionally starts the child afresh (push.py)."""
+    global _lock
+    _lock = threading.Lock()
+    current = _state
+    if current is not None:
+        current.recorder._lock = threading.Lock()
+        current.renderer._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
 def configure(source: str | os.PathLike[str] | Mapping[str, Any] | Config | None = None
               ) -> Config:
     """Load and validate a config (raises ConfigError on a mistake), then use it from now on."""

@@ -179,3 +179,35 @@ def test_no_count_lost_under_threads_and_tasks():
     assert total_count(names.ITL) == threads * per_thread + tasks
     assert sum(rec.requests.values()) == threads * per_thread + tasks
     assert all(v == 0 for v in rec.in_flight.values())
+
+
+def test_a_forked_child_records_even_if_a_thread_held_the_lock_at_fork():
+    import os
+    import signal
+
+    rec = runtime.state().recorder
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with rec._lock:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(5)
+    pid = os.fork()
+    if pid == 0:  # the child: the holder thread does not exist here
+        signal.alarm(5)  # a deadlock would end the child with SIGALRM
+        ok = False
+        try:
+            with exporter.track(model="m", route="r") as call:
+                call.token()
+            ok = runtime.state().recorder.requests[("m", "ok", names.UNKNOWN, "r",
+                                                    names.UNKNOWN)] == 1
+        finally:
+            os._exit(0 if ok else 1)
+    release.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
