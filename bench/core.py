@@ -15,7 +15,6 @@ from prometheus_client import CollectorRegistry, Histogram as PromHistogram, gen
 from exporter import names, runtime
 from exporter.config import Config, load
 from exporter.exposition import Renderer
-from exporter.histogram import Histogram, Layout
 from exporter.recorder import Recorder, US_PER_SECOND
 from exporter.shim.manual import Call
 from exporter.timeline import CallTimeline

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from exporter import runtime
+from exporter import otel, runtime
 
 
 @pytest.fixture(autouse=True)
@@ -12,3 +15,13 @@ def fresh_state():
     runtime.configure(None)
     yield runtime.state()
     runtime.configure(None)
+
+
+@pytest.fixture
+def spans(monkeypatch) -> InMemorySpanExporter:
+    """An SDK TracerProvider for this test only, recording finished spans in memory."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    monkeypatch.setattr(otel.trace, "get_tracer_provider", lambda: provider)
+    return memory

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
-import importlib
 import json
 import os
 import random
@@ -27,19 +26,9 @@ from exporter.config import AggregatorConfig, Config, ConfigError, PushConfig, l
 from exporter.exposition import Renderer
 from exporter.histogram import quantiles_of
 from exporter.recorder import Recorder
+from tests.support import require_module
 from exporter.server import ExporterServer, create_app
 from exporter.timeline import CallTimeline
-
-
-def require(module: str):
-    """Import a test dependency; skip locally when missing, fail on CI (CI=true)."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        reason = f"{module} is not installed (pip install -e '.[test]')"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + " (CI=true: not skipping)")
-        pytest.skip(reason)
 
 
 def call(rec: Recorder, ttft_us: int, tenant: str = "t", model: str = "m",
@@ -275,7 +264,7 @@ def mutations(rng: random.Random, doc):
 
 
 def test_fuzzed_payloads_never_crash_and_a_reject_changes_nothing():
-    hypothesis = require("hypothesis")
+    hypothesis = require_module("hypothesis")
     from hypothesis import HealthCheck, given, settings, strategies as st
 
     worker = Recorder()

@@ -6,7 +6,6 @@ bucket as the exporter's own exact HDR p99.
 """
 
 import bisect
-import time
 
 from exporter import names
 from exporter.histogram import Histogram
@@ -27,7 +26,7 @@ scrape_configs:
 def test_prometheus_agrees_with_the_exporter_under_demo_load():
     require_prometheus()
     with DemoLoad(rate=12) as demo, PrometheusServer(SCRAPE.format(target=demo.target)) as prom:
-        prom.wait_for(f'up{{job="ttft-exporter"}} == 1', timeout=30)
+        prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
         prom.wait_for(f"sum({names.TTFT.name}_count) > 150", timeout=60)
         demo.stop_load()
         rec = demo.recorder

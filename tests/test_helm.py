@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from exporter.config import load
+from tests.support import require_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "ttft-exporter"
@@ -23,20 +23,9 @@ CORE_KINDS = {"ConfigMap", "Secret", "Service", "ServiceAccount", "Deployment",
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 
-def require(module: str):
-    """Import a test dependency; skip locally when missing, fail on CI (CI=true)."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        reason = f"{module} is not installed (pip install -e '.[test]')"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + " (CI=true: not skipping)")
-        pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def helm():
-    return require("helm_python")
+    return require_module("helm_python")
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +77,7 @@ def test_lint_is_clean(helm):
 
 @pytest.mark.parametrize("values_file", CI_VALUES, ids=lambda p: p.name)
 def test_every_scenario_renders_and_validates_offline(chart, values_file):
-    kv = require("kubernetes_validate")
+    kv = require_module("kubernetes_validate")
     docs = render(chart, values_of(values_file))
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "Service", "ConfigMap"} <= kinds

@@ -4,9 +4,6 @@ import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from exporter import names, otel
 from exporter.config import Config
@@ -14,14 +11,6 @@ from exporter.timeline import CallTimeline, derive
 
 MS = 1_000_000
 
-
-@pytest.fixture
-def spans(monkeypatch):
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(otel.trace, "get_tracer_provider", lambda: provider)
-    return exporter
 
 
 def timeline():

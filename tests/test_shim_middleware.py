@@ -14,7 +14,7 @@ from exporter import names
 from exporter.shim.aiohttp_trace import trace_config
 from exporter.shim.middleware import ASGIMiddleware, aiohttp_middleware
 from exporter.timeline import derive
-from tests.test_shim_support import Recorded, instrumented, recorded, script, server  # noqa: F401
+from tests.test_shim_support import instrumented, recorded, script, server  # noqa: F401
 
 
 async def test_aiohttp_middleware_labels_sdk_calls_with_the_route_template(server, recorded):

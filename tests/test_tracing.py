@@ -13,9 +13,6 @@ import anthropic
 import httpx2
 import openai
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import exporter
 from exporter import names, otel, runtime
@@ -25,14 +22,6 @@ from tests.test_shim_support import instrumented, script, server  # noqa: F401
 MESSAGES = [{"role": "user", "content": "trace me"}]
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"
 
-
-@pytest.fixture
-def spans(monkeypatch):
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    monkeypatch.setattr(otel.trace, "get_tracer_provider", lambda: provider)
-    return memory
 
 
 def test_openai_stream_makes_one_span_with_phases_and_sends_traceparent(

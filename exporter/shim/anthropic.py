@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .stream import (CONTENT, HOT_ANTHROPIC, REASONING, TOOL, SDK, Endpoint, Tracked,
-                     client_hooks, field, provider_name, start_hook)
+                     client_hooks, client_provider, field, start_hook)
 
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
                  "output_tokens")
@@ -93,19 +93,7 @@ _providers: dict[tuple[type, str], str] = {}
 
 def provider(client: Any) -> str:
     """bedrock / vertex / azure for those clients, else from the base URL host."""
-    try:
-        host = client.base_url.host
-    except Exception:
-        host = ""
-    key = (type(client), host)
-    name = _providers.get(key)
-    if name is None:
-        cls = type(client).__name__.lower()
-        name = next((n for part, n in _CLASS_PROVIDERS if part in cls), None) \
-            or provider_name(host, "anthropic")
-        if len(_providers) < 1024:
-            _providers[key] = name
-    return name
+    return client_provider(client, "anthropic", _CLASS_PROVIDERS, _providers)
 
 
 SDK_SPEC = SDK("anthropic", ENDPOINTS, provider)

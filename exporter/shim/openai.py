@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .stream import (CONTENT, HOT_CHAT, HOT_RESPONSES, REASONING, TOOL, SDK, Endpoint, Tracked,
-                     client_hooks, field, provider_name, start_hook)
+                     client_hooks, client_provider, field, start_hook)
 
 
 # --- Chat Completions -----------------------------------------------------------------------------
@@ -118,25 +118,13 @@ ENDPOINTS = {
     "/responses": Endpoint(responses_classify, responses_final, responses_usage, HOT_RESPONSES),
 }
 
+_CLASS_PROVIDERS = (("azure", "azure"),)
 _providers: dict[tuple[type, str], str] = {}
 
 
 def provider(client: Any) -> str:
     """azure for the Azure clients, else from the base URL host (api.openai.com -> openai)."""
-    try:
-        host = client.base_url.host
-    except Exception:
-        host = ""
-    key = (type(client), host)
-    name = _providers.get(key)
-    if name is None:
-        if "azure" in type(client).__name__.lower():
-            name = "azure"
-        else:
-            name = provider_name(host, "openai")
-        if len(_providers) < 1024:
-            _providers[key] = name
-    return name
+    return client_provider(client, "openai", _CLASS_PROVIDERS, _providers)
 
 
 SDK_SPEC = SDK("openai", ENDPOINTS, provider)

@@ -34,7 +34,7 @@ import weakref
 from collections import deque
 from contextvars import ContextVar
 from time import perf_counter_ns
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .. import names, runtime
 from . import httpx_trace
@@ -685,6 +685,25 @@ _INTERNAL_TLDS = frozenset({"local", "internal", "lan", "localdomain", "corp", "
                             "cluster", "svc", "test", "localhost"})
 _SECOND_LEVEL = frozenset({"co", "com", "net", "org", "ac", "gov", "edu"})
 _NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
+
+
+def client_provider(client: Any, default: str, by_class: Sequence[tuple[str, str]],
+                    cache: dict[tuple[type, str], str]) -> str:
+    """The provider label of an SDK client: from its class name (`by_class`: substring ->
+    provider, e.g. azure, bedrock), else from its base URL host; cached per (class, host)."""
+    try:
+        host = client.base_url.host
+    except Exception:
+        host = ""
+    key = (type(client), host)
+    name = cache.get(key)
+    if name is None:
+        cls = type(client).__name__.lower()
+        name = next((n for part, n in by_class if part in cls), None) \
+            or provider_name(host, default)
+        if len(cache) < 1024:
+            cache[key] = name
+    return name
 
 
 def provider_name(host: str | None, default: str) -> str:
