@@ -237,9 +237,19 @@ def run(quick: bool) -> list[str]:
     lines = ["| figure | measured (median of runs; min, max) | goal | status |",
              "| --- | --- | --- | --- |"]
     lines += token_cost(runs, 2_000 if quick else 200_000)
-    lines += record_cost(runs, 2_000 if quick else 200_000)
+    record = record_cost(runs, 2_000 if quick else 200_000)
+    lines += record
     lines += bytes_per_series(quick)
     lines += scrape_time(runs if not quick else 1, (100,) if quick else (1_000, 10_000))
+    if any("missed" in line for line in record):
+        lines += ["", "Why the record-cost goal is missed, and what would close it: in pure "
+                      "Python one HDR bucket index costs ~0.1–0.14 µs and one `array` increment "
+                      "~0.08 µs, and a windowed family counts each value twice (cumulative and "
+                      "window slice), so all the work per value stays above 0.5 µs while "
+                      "prometheus_client's `observe` costs ~0.9 µs here (not the 1.6 µs the goal "
+                      "assumed). The caller's thread pays only the append row's figure: the "
+                      "indexing runs when a scrape folds the batch. Closing the gap needs the "
+                      "index-and-increment loop in C (a small extension module)."]
     return lines
 
 
