@@ -525,8 +525,9 @@ def goals() -> list[str]:
         "(validated at ~1 µs each) and 7 boundary events (~6 µs each). Closing it: drop the "
         "phase attributes (the events carry the same times) or emit only the events that "
         "differ from the previous stamp")
-    row("≤ 200 ns per chunk with tracing on", "unchanged: the span is per call, not per "
-        "chunk", True, "")
+    row("still ≤ 200 ns per chunk with tracing on", f"{f['wrapper_ns']:.0f} ns, as without "
+        "tracing (the span is per call, never per chunk)", f["wrapper_ns"] <= 200,
+        "the wrapper's cost, first row")
     return ["Goals:", "", *rows]
 
 
