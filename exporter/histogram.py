@@ -178,8 +178,11 @@ class Histogram:
         if self.count + count > 0xFFFFFFFF and self._counts.typecode == "I":
             self._widen()  # no bucket can exceed the total count: widen before any overflow
         buckets, lo = self._counts, self._lo
-        for i, c in zip(indices, counts):
-            buckets[i - lo] += c
+        if low == high:  # one bucket: most received deltas of most series
+            buckets[low - lo] += count
+        else:
+            for i, c in zip(indices, counts):
+                buckets[i - lo] += c
         self.count += count
         self.total += total
         if at_or_below:
