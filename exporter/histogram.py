@@ -172,12 +172,14 @@ class Histogram:
         if not indices:
             return
         low, high = indices[0], indices[-1]
-        if low < self._lo or high >= self._lo + len(self._counts) or not self._counts:
+        buckets, lo = self._counts, self._lo
+        if low < lo or high - lo >= len(buckets):  # (an empty histogram too)
             self._grow(low)
             self._grow(high)
-        if self.count + count > 0xFFFFFFFF and self._counts.typecode == "I":
+            buckets, lo = self._counts, self._lo
+        if self.count + count > 0xFFFFFFFF and buckets.typecode == "I":
             self._widen()  # no bucket can exceed the total count: widen before any overflow
-        buckets, lo = self._counts, self._lo
+            buckets = self._counts
         if low == high:  # one bucket: most received deltas of most series
             buckets[low - lo] += count
         else:
