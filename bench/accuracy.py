@@ -12,9 +12,9 @@ import random
 
 import numpy as np
 
-from exporter.config import Config
-from exporter.histogram import Histogram, Layout, quantiles_of
-from exporter.recorder import US_PER_SECOND
+from exporter._internal.config import Config
+from exporter._internal.histogram import Histogram, Layout, quantiles_of
+from exporter._internal.recorder import US_PER_SECOND
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 

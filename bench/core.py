@@ -13,12 +13,12 @@ from typing import Callable
 from hdrh.histogram import HdrHistogram
 from prometheus_client import CollectorRegistry, Histogram as PromHistogram, generate_latest
 
-from exporter import names, runtime
-from exporter.config import Config, load
-from exporter.exposition import Renderer
-from exporter.recorder import Recorder, US_PER_SECOND
-from exporter.shim.manual import Call
-from exporter.timeline import CallTimeline
+from exporter._internal import names, runtime
+from exporter._internal.config import Config, load
+from exporter._internal.exposition import Renderer
+from exporter._internal.recorder import Recorder, US_PER_SECOND
+from exporter._internal.shim.manual import Call
+from exporter._internal.timeline import CallTimeline
 
 from .harness import Stat, interleaved, ratios
 
@@ -190,7 +190,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
                 rec._record_locked(t, _ttft_only(t))
         renderer = Renderer(rec)
         registry = CollectorRegistry()
-        from exporter.collector import ExporterCollector
+        from exporter._internal.collector import ExporterCollector
 
         registry.register(ExporterCollector())
         full, partial, reference = [], [], []
@@ -227,7 +227,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
 
 
 def _ttft_only(t: CallTimeline):
-    from exporter.timeline import Derived
+    from exporter._internal.timeline import Derived
 
     return Derived(ttft=(t.first_token - t.start) // 1000, first_answer=None, tpot=None,
                    stall=None, duration=None, phases={}, gaps=[])

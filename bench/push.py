@@ -17,14 +17,14 @@ import random
 import sys
 import time
 
-from exporter import names, push
-from exporter.aggregator import Aggregator, tune_gc
-from exporter.config import Config
-from exporter.demo.loadgen import ANTHROPIC_SHARE, MODELS, ROUTES, TENANTS
-from exporter.exposition import Renderer
-from exporter.recorder import Recorder
-from exporter.server import ExporterServer, create_app
-from exporter.timeline import CallTimeline
+from exporter._internal import names, push
+from exporter._internal.aggregator import Aggregator, tune_gc
+from exporter._internal.config import Config
+from exporter._internal.demo.loadgen import ANTHROPIC_SHARE, MODELS, ROUTES, TENANTS
+from exporter._internal.exposition import Renderer
+from exporter._internal.recorder import Recorder
+from exporter._internal.server import ExporterServer, create_app
+from exporter._internal.timeline import CallTimeline
 
 from .harness import Stat
 

@@ -198,9 +198,9 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
     from openai._models import construct_type
     from openai.types.chat import ChatCompletionChunk
 
-    from exporter.shim import openai as shim_openai
-    from exporter.shim import stream
-    from exporter.shim.manual import Call
+    from exporter._internal.shim import openai as shim_openai
+    from exporter._internal.shim import stream
+    from exporter._internal.shim.manual import Call
 
     parsed = [construct_type(type_=ChatCompletionChunk, value={
         "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
@@ -234,8 +234,8 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
         return time.perf_counter_ns() - start
 
     def finish() -> int:
-        from exporter import runtime
-        from exporter.timeline import CallTimeline
+        from exporter._internal import runtime
+        from exporter._internal.timeline import CallTimeline
 
         t = CallTimeline(start=0, model="m", provider="bench", route="r", tenant="t")
         now = 1_000_000
@@ -322,9 +322,9 @@ def per_call(modes: _Mode, runs: int, calls: int) -> list[str]:
         lines.append(f"| {label} | {_stat([v / 1000 for v in res['unpatched']], 1)} | "
                      f"{_stat([v / 1000 for v in res['ours']], 1)} | {_stat(added, 1)} |")
 
-    from exporter.shim import stream as shim_stream
-    from exporter.shim.manual import Call
-    from exporter.shim.openai import ENDPOINTS
+    from exporter._internal.shim import stream as shim_stream
+    from exporter._internal.shim.manual import Call
+    from exporter._internal.shim.openai import ENDPOINTS
 
     events = ["connection.connect_tcp.started", "connection.connect_tcp.complete",
               "http11.send_request_headers.started", "http11.send_request_headers.complete",
@@ -355,8 +355,8 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
     from openai._models import construct_type
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    from exporter.shim import openai as shim_openai
-    from exporter.shim import stream as shim_stream
+    from exporter._internal.shim import openai as shim_openai
+    from exporter._internal.shim import stream as shim_stream
 
     options = SimpleNamespace(url="/chat/completions", method="post",
                               json_data={"model": "bench-model", "messages": []})
@@ -412,8 +412,8 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
                f"in all: {'met' if statistics.median(on) <= 30 else 'missed'}) |")
     out.append(f"| for scale: one bare OTel SDK span (start, 3 attributes, end), same provider | "
                f"{_stat(bare, 1)} |")
-    from exporter import runtime
-    from exporter.timeline import CallTimeline
+    from exporter._internal import runtime
+    from exporter._internal.timeline import CallTimeline
 
     t = CallTimeline(start=0, model="m", provider="p", route="r", tenant="t", first_token=10,
                      first_answer_token=10, end=20, outcome="ok", dispatched=1, connected=1,
@@ -436,7 +436,7 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
 def _metrics_only() -> Iterator[None]:
     """Our hooks without spans: the peer's run installs a global SDK TracerProvider, which
     would otherwise give every measured call of ours a span too (measured apart, below)."""
-    from exporter import otel
+    from exporter._internal import otel
 
     original = otel.trace.get_tracer_provider
     otel.trace.get_tracer_provider = otel.trace.NoOpTracerProvider
@@ -454,7 +454,7 @@ def _tracing_off_and_on(fn: Callable[[], int], runs: int, calls: int
     from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SpanExporter,
                                                 SpanExportResult)
 
-    from exporter import otel
+    from exporter._internal import otel
 
     class Discard(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

@@ -5,12 +5,12 @@ The public surface is exactly what is imported here (pinned by tests/test_public
 
 from prometheus_client.registry import Collector as _Collector
 
-from . import collector as _collector_module  # before `def collector`, which must win the name
-from .runtime import configure
-from .server import start_http_server
-from .shim.context import labels
-from .shim.instrument import instrument, uninstrument
-from .shim.manual import track
+from ._internal import collector as _collector_module
+from ._internal.runtime import configure
+from ._internal.server import start_http_server
+from ._internal.shim.context import labels
+from ._internal.shim.instrument import instrument, uninstrument
+from ._internal.shim.manual import track
 
 __all__ = ["collector", "configure", "instrument", "labels", "start_http_server", "track",
            "uninstrument"]

@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import runtime
-from .config import ConfigError, load
-from .server import serve_until_signalled
+from ._internal import runtime
+from ._internal.config import ConfigError, load
+from ._internal.server import serve_until_signalled
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -22,9 +22,9 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from . import push
-    from .aggregator import Aggregator, tune_gc
-    from .server import create_app
+    from ._internal import push
+    from ._internal.aggregator import Aggregator, tune_gc
+    from ._internal.server import create_app
 
     push.disable()  # the aggregator's recorder holds the merged totals: never drain it
     config = runtime.configure(args.config)
@@ -41,13 +41,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo.run import run_demo
+    from ._internal.demo.run import run_demo
 
     return run_demo(port=args.port, seconds=args.seconds, config=args.config)
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from .generate import generate
+    from ._internal.generate import generate
 
     config = load(args.config)
     for path in generate(config, Path(args.out)):

@@ -20,15 +20,15 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hdrh.histogram import HdrHistogram
 
-from exporter import names, push
-from exporter.aggregator import Aggregator
-from exporter.config import AggregatorConfig, Config, ConfigError, PushConfig, load
-from exporter.exposition import Renderer
-from exporter.histogram import quantiles_of
-from exporter.recorder import Recorder
+from exporter._internal import names, push
+from exporter._internal.aggregator import Aggregator
+from exporter._internal.config import AggregatorConfig, Config, ConfigError, PushConfig, load
+from exporter._internal.exposition import Renderer
+from exporter._internal.histogram import quantiles_of
+from exporter._internal.recorder import Recorder
 from tests.support import require_module
-from exporter.server import ExporterServer, create_app
-from exporter.timeline import CallTimeline
+from exporter._internal.server import ExporterServer, create_app
+from exporter._internal.timeline import CallTimeline
 
 
 def call(rec: Recorder, ttft_us: int, tenant: str = "t", model: str = "m",

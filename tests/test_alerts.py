@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import alerts, config, names
-from exporter.generate import ALERTING_FILE, RECORDING_FILE, generate
-from exporter.recorder import WINDOWED
+from exporter._internal import alerts, config, names
+from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
+from exporter._internal.recorder import WINDOWED
 from tests.support.prometheus import metric_names, require_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent

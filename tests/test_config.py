@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from exporter import config
-from exporter.config import Config, ConfigError
+from exporter._internal import config
+from exporter._internal.config import Config, ConfigError
 
 
 def test_defaults_need_no_file():

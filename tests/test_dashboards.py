@@ -22,12 +22,12 @@ import aiohttp
 import pytest
 
 import exporter
-from exporter import alerts, config, dashboards, names, runtime
-from exporter.demo.latency import LatencyModel
-from exporter.demo.loadgen import stream_chat
-from exporter.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER, ProviderServer
-from exporter.generate import ALERTING_FILE, RECORDING_FILE, dashboard_json, generate
-from exporter.shim.manual import Call
+from exporter._internal import alerts, config, dashboards, names, runtime
+from exporter._internal.demo.latency import LatencyModel
+from exporter._internal.demo.loadgen import stream_chat
+from exporter._internal.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER, ProviderServer
+from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, dashboard_json, generate
+from exporter._internal.shim.manual import Call
 from tests.support.prometheus import (PrometheusServer, grafana_expr, metric_names,
                                       require_prometheus)
 from tests.test_alerts import recorded_names, served_metric_names

@@ -20,8 +20,8 @@ import httpx2
 import openai
 import pytest
 
-from exporter.demo.latency import LatencyModel, LatencySimulator, ModelProfile
-from exporter.demo.provider import SCRIPT_HEADER, ProviderServer, run_provider
+from exporter._internal.demo.latency import LatencyModel, LatencySimulator, ModelProfile
+from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer, run_provider
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Why was that call slow?"}]
 TOOLS: list[Any] = [{"type": "function", "function": {

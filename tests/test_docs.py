@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from exporter import names
+from exporter._internal import names
 
 DOC = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
 
@@ -29,7 +29,7 @@ def test_phases_outcomes_and_drop_reasons_are_documented():
 
 
 def test_windowed_families_match_the_recorder():
-    from exporter.recorder import WINDOWED
+    from exporter._internal.recorder import WINDOWED
 
     documented = set(re.findall(r"`(llm_client_[a-z_]+)_window_seconds`", DOC))
     assert {n.removesuffix("_seconds") for n in WINDOWED} == documented

@@ -7,8 +7,8 @@ bucket as the exporter's own exact HDR p99.
 
 import bisect
 
-from exporter import names
-from exporter.histogram import Histogram
+from exporter._internal import names
+from exporter._internal.histogram import Histogram
 from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, require_prometheus
 

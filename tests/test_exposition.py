@@ -6,8 +6,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 import exporter
-from exporter import names, runtime
-from exporter.timeline import CallTimeline
+from exporter._internal import names, runtime
+from exporter._internal.timeline import CallTimeline
 
 MS = 1_000_000
 

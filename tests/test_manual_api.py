@@ -8,7 +8,7 @@ import time
 import pytest
 
 import exporter
-from exporter import names, runtime
+from exporter._internal import names, runtime
 
 
 def series(family, **labels):

@@ -5,9 +5,9 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from exporter import names, otel
-from exporter.config import Config
-from exporter.timeline import CallTimeline, derive
+from exporter._internal import names, otel
+from exporter._internal.config import Config
+from exporter._internal.timeline import CallTimeline, derive
 
 MS = 1_000_000
 

@@ -16,14 +16,14 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 import exporter
-from exporter import names, push, runtime
-from exporter.aggregator import Aggregator
-from exporter.config import Config, PushConfig
-from exporter.exposition import Renderer
-from exporter.histogram import Histogram, Layout
-from exporter.recorder import Recorder
-from exporter.server import ExporterServer, create_app
-from exporter.timeline import CallTimeline
+from exporter._internal import names, push, runtime
+from exporter._internal.aggregator import Aggregator
+from exporter._internal.config import Config, PushConfig
+from exporter._internal.exposition import Renderer
+from exporter._internal.histogram import Histogram, Layout
+from exporter._internal.recorder import Recorder
+from exporter._internal.server import ExporterServer, create_app
+from exporter._internal.timeline import CallTimeline
 
 HOUR_US = 3_600_000_000
 

@@ -24,8 +24,8 @@ from hdrh.histogram import HdrHistogram
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from exporter import names
-from exporter.config import Config
+from exporter._internal import names
+from exporter._internal.config import Config
 
 CLI = [sys.executable, "-m", "exporter.cli"]
 WORKERS, CALLS = 4, 500
@@ -33,8 +33,8 @@ WORKERS, CALLS = 4, 500
 MASTER = r'''
 import json, os, sys, time
 import exporter
-from exporter import push, runtime
-from exporter.timeline import CallTimeline
+from exporter._internal import push, runtime
+from exporter._internal.timeline import CallTimeline
 
 url, values_path, pace = sys.argv[1], sys.argv[2], float(sys.argv[3])
 parent_calls = int(sys.argv[4])

@@ -7,9 +7,9 @@ import urllib.request
 import pytest
 
 import exporter
-from exporter import names
-from exporter.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
-from exporter.server import wants_openmetrics
+from exporter._internal import names
+from exporter._internal.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+from exporter._internal.server import wants_openmetrics
 from tests.support.prometheus import PROMTOOL, require_prometheus
 
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"

@@ -10,8 +10,8 @@ import httpx2
 import pytest
 
 import exporter
-from exporter import names, runtime
-from exporter.timeline import derive
+from exporter._internal import names, runtime
+from exporter._internal.timeline import derive
 from tests.test_shim_support import (Recorded, assert_from_wire, assert_near, drops,  # noqa: F401
                                      instrumented, recorded, script, server)
 

@@ -16,11 +16,11 @@ import openai
 import pytest
 
 import exporter
-from exporter import names, runtime
-from exporter.shim import instrument as instrument_module
-from exporter.shim import openai as shim_openai
-from exporter.shim import anthropic as shim_anthropic
-from exporter.shim import httpx_trace, stream
+from exporter._internal import names, runtime
+from exporter._internal.shim import instrument as instrument_module
+from exporter._internal.shim import openai as shim_openai
+from exporter._internal.shim import anthropic as shim_anthropic
+from exporter._internal.shim import httpx_trace, stream
 from tests.test_shim_support import Recorded, drops, script, server  # noqa: F401
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -10,10 +10,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 import exporter
-from exporter import names
-from exporter.shim.aiohttp_trace import trace_config
-from exporter.shim.middleware import ASGIMiddleware, aiohttp_middleware
-from exporter.timeline import derive
+from exporter._internal import names
+from exporter._internal.shim.aiohttp_trace import trace_config
+from exporter._internal.shim.middleware import ASGIMiddleware, aiohttp_middleware
+from exporter._internal.timeline import derive
 from tests.test_shim_support import instrumented, recorded, script, server  # noqa: F401
 
 

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 import exporter
-from exporter import names, runtime
-from exporter.timeline import derive
+from exporter._internal import names, runtime
+from exporter._internal.timeline import derive
 from tests.test_shim_support import (Recorded, assert_from_wire, assert_near, drops,  # noqa: F401
                                      instrumented, recorded, script, server)
 
@@ -293,7 +293,7 @@ def test_same_objects_pass_through(server, instrumented):
 
     c = client(server)
     hook = openai.Stream.__dict__["__stream__"]
-    from exporter.shim.stream import stream_hook
+    from exporter._internal.shim.stream import stream_hook
     _streaming.Stream.__stream__ = stream_hook(spy, is_async=False)
     try:
         got = list(chat_stream(c, tokens=4))

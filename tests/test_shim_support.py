@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 import exporter
-from exporter import names, runtime
-from exporter.demo.provider import SCRIPT_HEADER, ProviderServer
-from exporter.shim import anthropic as shim_anthropic
-from exporter.shim import httpx_trace, stream
-from exporter.shim import openai as shim_openai
-from exporter.timeline import CallTimeline, derive
+from exporter._internal import names, runtime
+from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer
+from exporter._internal.shim import anthropic as shim_anthropic
+from exporter._internal.shim import httpx_trace, stream
+from exporter._internal.shim import openai as shim_openai
+from exporter._internal.timeline import CallTimeline, derive
 
 #: Timing tolerance of the tests: ±10 ms or ±5 %, whichever is larger.
 ABS_TOL, REL_TOL = 0.010, 0.05

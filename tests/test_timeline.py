@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from exporter import names
-from exporter.timeline import CallTimeline, derive, outcome_of, phases
+from exporter._internal import names
+from exporter._internal.timeline import CallTimeline, derive, outcome_of, phases
 
 MS = 1_000_000  # ns
 

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 import exporter
-from exporter import names, otel, runtime
+from exporter._internal import names, otel, runtime
 from tests.support.prometheus import PrometheusServer, require_prometheus
 from tests.test_shim_support import instrumented, script, server  # noqa: F401
 

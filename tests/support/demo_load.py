@@ -12,10 +12,10 @@ import asyncio
 import threading
 from types import TracebackType
 
-from exporter import runtime
-from exporter.demo.loadgen import LoadGenerator, LoadShape
-from exporter.demo.provider import ProviderServer
-from exporter.server import ExporterServer, start_http_server
+from exporter._internal import runtime
+from exporter._internal.demo.loadgen import LoadGenerator, LoadShape
+from exporter._internal.demo.provider import ProviderServer
+from exporter._internal.server import ExporterServer, start_http_server
 
 
 class DemoLoad:

@@ -20,7 +20,8 @@ from . import stream
 log = logging.getLogger("exporter.shim")
 
 #: SDK name -> module of its patch (each has `targets()`).
-SDKS = {"openai": "exporter.shim.openai", "anthropic": "exporter.shim.anthropic"}
+SDKS = {"openai": "exporter._internal.shim.openai",
+        "anthropic": "exporter._internal.shim.anthropic"}
 _MARK = "__ttft_exporter_hook__"
 _MISSING = object()
 

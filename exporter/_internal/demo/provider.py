@@ -35,7 +35,7 @@ from typing import Any, ClassVar, NoReturn
 
 from aiohttp import web
 
-from exporter.demo.latency import LatencyModel, LatencySimulator, Plan
+from .latency import LatencyModel, LatencySimulator, Plan
 
 SCRIPT_HEADER = "x-demo-script"
 TENANT_HEADER = "x-demo-tenant"

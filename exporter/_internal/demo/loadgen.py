@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 import exporter
-from exporter.shim import instrument as _instrument
+from ..shim import instrument as _instrument
 
 from .provider import INPUT_TOKENS_HEADER, TENANT_HEADER
 
