@@ -17,7 +17,6 @@ import yaml
 
 from exporter._internal import alerts, config, names
 from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
-from exporter._internal.recorder import WINDOWED
 from tests.support.prometheus import metric_names, require_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +33,7 @@ def served_metric_names() -> set[str]:
            names.SELF_TENANT_FOLDS, names.SELF_DROPS, names.SELF_SCRAPE_DURATION}
     for family in names.HISTOGRAMS:
         out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count")}
-        if family.name in WINDOWED:  # a summary of window quantiles
+        if family.windowed:  # a summary of window quantiles
             out |= {family.window_name + suffix for suffix in ("", "_sum", "_count")}
     return out
 

@@ -20,7 +20,6 @@ from grafanalib import core
 from . import alerts, names
 from .alerts import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
 from .config import Config
-from .recorder import WINDOWED
 
 SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -205,7 +204,7 @@ SPECS = (OVERVIEW, PHASES, TENANTS, STREAM)
 def target(expr: str, legend: str = "", *, instant: bool = False,
            fmt: str = core.TIME_SERIES_TARGET_FORMAT) -> PromTarget:
     """A query; range queries over the buckets of a family with exemplars show them."""
-    exemplar = not instant and any(f"{name}_bucket" in expr for name in WINDOWED)
+    exemplar = not instant and any(f"{name}_bucket" in expr for name in (f.name for f in names.WINDOWED))
     return PromTarget(expr=expr, legendFormat=legend, instant=instant, format=fmt,
                       exemplar=exemplar)
 

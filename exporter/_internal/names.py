@@ -43,16 +43,39 @@ TOKEN_KINDS: tuple[str, ...] = (CONTENT, REASONING, TOOL)
 
 Unit = Literal["seconds", "tokens"]
 
+#: Histograms hold integers: microseconds for times, counts for tokens.
+US_PER_SECOND = 1_000_000
+
 
 @dataclass(frozen=True)
 class Family:
-    """One histogram family: its exposition name, unit, help text and default label set."""
+    """One histogram family: its exposition name, unit, help text and default label set.
+
+    Values are recorded as integers (`scale` of a unit: microseconds for seconds) and served in
+    the family's unit (`to_unit`). `windowed` families (the per-call user-facing ones, where a
+    spike in Grafana must lead to the trace of a slow call) also serve sliding-window quantiles
+    and carry exemplars.
+    """
 
     name: str
     unit: Unit
     help: str
     tenant_by_default: bool
     extra_label: str | None = None
+    windowed: bool = False
+
+    @property
+    def scale(self) -> int:
+        """Recorded integers per unit: 1,000,000 µs a second, 1 token a token."""
+        return US_PER_SECOND if self.unit == "seconds" else 1
+
+    def to_unit(self, value: int) -> float:
+        """A recorded integer in the family's unit (seconds or tokens)."""
+        return value / US_PER_SECOND if self.unit == "seconds" else float(value)
+
+    def from_unit(self, value: float) -> int:
+        """A value in the family's unit as the recorded integer (bucket bounds, thresholds)."""
+        return round(value * US_PER_SECOND) if self.unit == "seconds" else int(value)
 
     @property
     def window_name(self) -> str:
@@ -64,10 +87,11 @@ class Family:
 
 TTFT = Family(
     "llm_client_time_to_first_token_seconds", "seconds",
-    "Time from the SDK call to the first output token of any kind.", True)
+    "Time from the SDK call to the first output token of any kind.", True, windowed=True)
 FIRST_ANSWER = Family(
     "llm_client_time_to_first_answer_token_seconds", "seconds",
-    "Time from the SDK call to the first output token that is not reasoning.", True)
+    "Time from the SDK call to the first output token that is not reasoning.", True,
+    windowed=True)
 ITL = Family(
     "llm_client_inter_token_latency_seconds", "seconds",
     "Each gap between consecutive token events after the first.", False)
@@ -76,10 +100,10 @@ TPOT = Family(
     "Per call: (last token - first token) / (output tokens - 1).", False)
 STALL = Family(
     "llm_client_stream_stall_seconds", "seconds",
-    "Per call: the largest gap between consecutive token events.", True)
+    "Per call: the largest gap between consecutive token events.", True, windowed=True)
 DURATION = Family(
     "llm_client_request_duration_seconds", "seconds",
-    "Time from the SDK call to the end of the response.", True)
+    "Time from the SDK call to the end of the response.", True, windowed=True)
 PHASE_FAMILY = Family(
     "llm_client_phase_seconds", "seconds",
     "Time spent in each phase of the call (queue, connect, send, server, prefill, reasoning, "
@@ -98,6 +122,7 @@ HISTOGRAMS: tuple[Family, ...] = (
     INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS,
 )
 HISTOGRAMS_BY_NAME: dict[str, Family] = {f.name: f for f in HISTOGRAMS}
+WINDOWED: tuple[Family, ...] = tuple(f for f in HISTOGRAMS if f.windowed)
 
 REQUESTS_TOTAL = "llm_client_requests_total"  # counter {outcome}; carries tenant by default
 REQUESTS_IN_FLIGHT = "llm_client_requests_in_flight"  # gauge; model, route, provider

@@ -31,12 +31,7 @@ from .guard import LabelGuard
 from .histogram import RAW_SLICE_MAX, Histogram, Layout, WindowPart
 from .timeline import CallTimeline, Derived, derive
 
-US_PER_SECOND = 1_000_000
-
-#: Families with sliding-window quantiles and exemplars: the user-facing ones (per-call values,
-#: not per chunk), where a spike in Grafana must lead to the trace of a slow call.
-WINDOWED = frozenset({names.TTFT.name, names.FIRST_ANSWER.name, names.STALL.name,
-                      names.DURATION.name})
+US_PER_SECOND = names.US_PER_SECOND
 
 #: (trace id, value in the family's unit, Unix time) of the latest traced call in a bucket.
 Exemplar = tuple[str, float, float]
@@ -140,7 +135,7 @@ class Recorder:
                 label_names.append(fam.extra_label)
             self.families[fam.name] = FamilyState(
                 fam, seconds_layout if fam.unit == "seconds" else tokens_layout,
-                tuple(sorted(label_names)), has_tenant, fam.name in WINDOWED)
+                tuple(sorted(label_names)), has_tenant, fam.windowed)
         self.slice_ns = int(config.window.seconds / config.window.slices * 1e9)
         self.series_count = 0
         self.requests: dict[tuple[str, str, str, str, str], int] = {}  # model,outcome,prov,route,ten
@@ -240,7 +235,7 @@ class Recorder:
         """Keep the call's trace id as the exemplar of the `le` bucket its value falls in."""
         layout = series.state.layout
         position = bisect_left(layout.boundaries, min(value, layout.highest))
-        scaled = value / US_PER_SECOND if series.state.family.unit == "seconds" else float(value)
+        scaled = series.state.family.to_unit(value)
         if series.exemplars is None:
             series.exemplars = {}
         series.exemplars[position] = (trace_id, scaled, time.time())
