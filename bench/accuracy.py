@@ -14,7 +14,7 @@ import numpy as np
 
 from exporter._internal.config import Config
 from exporter._internal.histogram import Histogram, Layout, quantiles_of
-from exporter._internal.recorder import US_PER_SECOND
+from exporter._internal.names import US_PER_SECOND
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 

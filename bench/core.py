@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, Histogram as PromHistogram, gen
 from exporter._internal import names, runtime
 from exporter._internal.config import Config, load
 from exporter._internal.exposition import Renderer
-from exporter._internal.recorder import Recorder, US_PER_SECOND
+from exporter._internal.names import US_PER_SECOND
+from exporter._internal.recorder import Recorder
 from exporter._internal.shim.manual import Call
 from exporter._internal.timeline import CallTimeline
 

@@ -17,7 +17,7 @@ import random
 import sys
 import time
 
-from exporter._internal import names, push
+from exporter._internal import names, push, wire
 from exporter._internal.aggregator import Aggregator, tune_gc
 from exporter._internal.config import Config
 from exporter._internal.demo.loadgen import ANTHROPIC_SHARE, MODELS, ROUTES, TENANTS
@@ -58,7 +58,7 @@ def demo_call(rng: random.Random, weights: list[float]) -> CallTimeline:
     return t
 
 
-def worker_deltas(workers: int, calls_per_push: int, seed: int) -> list[push.Delta]:
+def worker_deltas(workers: int, calls_per_push: int, seed: int) -> list[wire.Delta]:
     """One push interval's delta from each simulated worker."""
     rng = random.Random(seed)
     weights = [1 / (k + 1) for k in range(len(TENANTS))]
@@ -69,17 +69,17 @@ def worker_deltas(workers: int, calls_per_push: int, seed: int) -> list[push.Del
             rec.record_call(demo_call(rng, weights))
         for _ in range(rng.randint(0, 3)):
             rec.started(rng.choice(tuple(MODELS)), "openai", rng.choice(tuple(ROUTES)))
-        delta = rec.drain()
+        delta = push.drain(rec)
         delta.worker, delta.interval = f"bench-{seed}-{w}", PUSH_INTERVAL
         out.append(delta)
     return out
 
 
-def encoded(deltas: list[push.Delta], seq: int, layouts) -> list[bytes]:
+def encoded(deltas: list[wire.Delta], seq: int, layouts) -> list[bytes]:
     bodies = []
     for delta in deltas:
         delta.seq = seq
-        bodies.append(push.encode(delta, layouts))
+        bodies.append(wire.encode(delta, layouts))
     return bodies
 
 
@@ -89,13 +89,13 @@ def aggregator_cpu(workers: int, calls_per_push: int, rounds: int
     config = Config()
     target = Recorder(config)
     agg = Aggregator(config, target)
-    renderer = Renderer(target)
+    renderer = Renderer(target, agg.families)
     thresholds = gc.get_threshold()
     tune_gc()  # as `ttft-exporter serve` does
     server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0).start()
     clock = time.pthread_getcpuclockid(server._thread.ident)  # type: ignore[arg-type]
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    layouts = push.layouts_of(target)
+    layouts = target.schema.layouts()
     shares, per_push_ms = [], []
     body_bytes = series = 0
     try:
@@ -106,8 +106,8 @@ def aggregator_cpu(workers: int, calls_per_push: int, rounds: int
             body_bytes = sum(len(b) for b in bodies)
             start = time.clock_gettime(clock)
             for body in bodies:
-                conn.request("POST", push.PUSH_PATH, body=body,
-                             headers={"Content-Type": push.CONTENT_TYPE})
+                conn.request("POST", wire.PUSH_PATH, body=body,
+                             headers={"Content-Type": wire.CONTENT_TYPE})
                 response = conn.getresponse()
                 response.read()
                 assert response.status == 200, response.status
@@ -130,16 +130,16 @@ def worker_cost(calls_per_push: int, runs: int) -> Stat:
     """The flusher's drain + encode per push (the worker's side of the bargain), ms."""
     rng = random.Random(99)
     weights = [1 / (k + 1) for k in range(len(TENANTS))]
-    layouts = push.layouts_of(Recorder())
+    layouts = Recorder().schema.layouts()
     out = []
     for _ in range(runs):
         rec = Recorder()
         for _ in range(calls_per_push):
             rec.record_call(demo_call(rng, weights))
         started = time.perf_counter()
-        delta = rec.drain()
+        delta = push.drain(rec)
         delta.worker, delta.seq = "w", 1
-        push.encode(delta, layouts)
+        wire.encode(delta, layouts)
         out.append((time.perf_counter() - started) * 1000)
     return Stat.of(out)
 

@@ -199,15 +199,15 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
     from openai.types.chat import ChatCompletionChunk
 
     from exporter._internal.shim import openai as shim_openai
-    from exporter._internal.shim import stream
-    from exporter._internal.shim.manual import Call
+    from exporter._internal.shim import tokens
+    from exporter._internal.shim.sdk_call import SdkCall
 
     parsed = [construct_type(type_=ChatCompletionChunk, value={
         "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
         "choices": [{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None,
                      "logprobs": None}]}) for i in range(chunks)]
 
-    class NoRecord(stream.Tracked):
+    class NoRecord(SdkCall):
         __slots__ = ()
 
         def finish_stream(self, last: Any) -> None:  # the recorder is measured apart
@@ -227,9 +227,9 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
         return time.perf_counter_ns() - start
 
     def wrapped() -> int:
-        tr = NoRecord(Call("m", "bench", None, None), shim_openai.ENDPOINTS["/chat/completions"])
+        tr = NoRecord("m", "bench", shim_openai.ENDPOINTS["/chat/completions"], None)
         start = time.perf_counter_ns()
-        for _ in sdk_iter(stream.sync_tokens(source(), tr)):
+        for _ in sdk_iter(tokens.sync_tokens(source(), tr)):
             pass
         return time.perf_counter_ns() - start
 
@@ -247,10 +247,7 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
         rec = runtime.state().recorder
         start = time.perf_counter_ns()
         rec.record_call(t)
-        with rec._lock:  # the fold into HDR that a scrape would do
-            for state in rec.families.values():
-                for series in state.series.values():
-                    series.fold(3)
+        rec.take_changed()  # the fold into HDR that a scrape does
         return time.perf_counter_ns() - start
 
     def reads() -> int:
@@ -322,9 +319,8 @@ def per_call(modes: _Mode, runs: int, calls: int) -> list[str]:
         lines.append(f"| {label} | {_stat([v / 1000 for v in res['unpatched']], 1)} | "
                      f"{_stat([v / 1000 for v in res['ours']], 1)} | {_stat(added, 1)} |")
 
-    from exporter._internal.shim import stream as shim_stream
-    from exporter._internal.shim.manual import Call
     from exporter._internal.shim.openai import ENDPOINTS
+    from exporter._internal.shim.sdk_call import SdkCall
 
     events = ["connection.connect_tcp.started", "connection.connect_tcp.complete",
               "http11.send_request_headers.started", "http11.send_request_headers.complete",
@@ -332,7 +328,7 @@ def per_call(modes: _Mode, runs: int, calls: int) -> list[str]:
               "http11.receive_response_headers.started",
               "http11.receive_response_headers.complete", "http11.receive_response_body.started",
               "http11.response_closed.started", "http11.response_closed.complete"]
-    tr = shim_stream.Tracked(Call("m", "bench", None, None), ENDPOINTS["/chat/completions"])
+    tr = SdkCall("m", "bench", ENDPOINTS["/chat/completions"], None)
     samples = []
     for _ in range(runs):
         start = time.perf_counter_ns()
@@ -355,8 +351,8 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
     from openai._models import construct_type
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+    from exporter._internal.shim import hooks, tokens
     from exporter._internal.shim import openai as shim_openai
-    from exporter._internal.shim import stream as shim_stream
 
     options = SimpleNamespace(url="/chat/completions", method="post",
                               json_data={"model": "bench-model", "messages": []})
@@ -371,11 +367,11 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
     def non_stream() -> int:
         start = time.perf_counter_ns()
         for _ in range(calls):
-            token = shim_stream._START.set([time.perf_counter_ns()])
-            tr = shim_stream._begin(sdk, fake_client, options, False)
+            token = hooks._START.set([time.perf_counter_ns()])
+            tr = hooks._begin(sdk, fake_client, options, False)
             tr.attach_build(request)
             tr.returned(completion, False)
-            shim_stream._START.reset(token)
+            hooks._START.reset(token)
         return (time.perf_counter_ns() - start) // calls
 
     results = [SimpleNamespace(response=httpx2.Response(200, request=request))
@@ -384,14 +380,14 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
     def streamed() -> int:
         start = time.perf_counter_ns()
         for result in results:
-            token = shim_stream._START.set([time.perf_counter_ns()])
-            tr = shim_stream._begin(sdk, fake_client, options, False)
+            token = hooks._START.set([time.perf_counter_ns()])
+            tr = hooks._begin(sdk, fake_client, options, False)
             tr.attach_build(request)
             tr.returned(result, True)
             tr.claim()
-            for _ in tr.wrap(iter((chunk,)), False):
+            for _ in tokens.sync_tokens(iter((chunk,)), tr):
                 pass
-            shim_stream._START.reset(token)
+            hooks._START.reset(token)
         return (time.perf_counter_ns() - start) // calls
 
     out = []

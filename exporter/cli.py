@@ -22,15 +22,14 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ._internal import push
     from ._internal.aggregator import Aggregator, tune_gc
     from ._internal.server import create_app
 
-    push.disable()  # the aggregator's recorder holds the merged totals: never drain it
-    config = runtime.configure(args.config)
+    config = load(args.config)
     addr = args.addr or config.server.addr
     port = args.port if args.port is not None else config.server.port
-    aggregator = Aggregator(config, runtime.state().recorder)  # restores the snapshot, if any
+    aggregator = Aggregator(config)  # restores the snapshot, if any
+    runtime.become_aggregator(config, aggregator.recorder, aggregator.families)
     tune_gc()
     if not aggregator.push_token and addr not in ("127.0.0.1", "::1", "localhost"):
         print(f"ttft-exporter serve: /push accepts unauthenticated pushes on {addr}; set "

@@ -20,7 +20,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hdrh.histogram import HdrHistogram
 
-from exporter._internal import names, push
+from exporter._internal import names, push, wire
 from exporter._internal.aggregator import Aggregator
 from exporter._internal.config import AggregatorConfig, Config, ConfigError, PushConfig, load
 from exporter._internal.exposition import Renderer
@@ -47,9 +47,9 @@ def call(rec: Recorder, ttft_us: int, tenant: str = "t", model: str = "m",
 
 def body_of(rec: Recorder, worker: str = "w1", seq: int = 1, final: bool = False,
             interval: float = 5.0) -> bytes:
-    delta = rec.drain()
+    delta = push.drain(rec)
     delta.worker, delta.seq, delta.final, delta.interval = worker, seq, final, interval
-    return push.encode(delta, push.layouts_of(rec))
+    return wire.encode(delta, rec.schema.layouts())
 
 
 def doc_of(body: bytes) -> dict:
@@ -132,7 +132,7 @@ def test_gauges_are_the_sum_of_live_workers_and_expire():
     assert target.counters().in_flight == {("m", "p", "r"): 2}
     agg.accept(body_of(a, "a", seq=2, final=True))  # a's last push: its gauges go at once
     assert target.counters().in_flight == {}
-    assert "ttft_exporter_push_workers 0.0" in agg.render(False).decode()
+    assert "ttft_exporter_push_workers 0.0" in Renderer(target, agg.families).render().decode()
 
 
 def test_tenants_are_capped_again_over_the_union_of_workers():
@@ -167,7 +167,7 @@ async def test_bad_pushes_are_rejected_counted_and_change_nothing(token_file):
                                                 max_body_bytes=1 << 20))
     target = Recorder(config)
     agg = Aggregator(config, target)
-    client = TestClient(TestServer(create_app(lambda: Renderer(target), agg)))
+    client = TestClient(TestServer(create_app(lambda: Renderer(target, agg.families), agg)))
     await client.start_server()
     try:
         auth = {"Authorization": "Bearer correct-horse"}
@@ -319,7 +319,7 @@ def test_snapshot_restores_counts_and_the_applied_map(tmp_path):
     agg.accept(b"junk")
     served = histogram_lines(Renderer(target).render().decode())
     agg.close()  # SIGTERM path: a final snapshot
-    assert os.path.getsize(agg.journal_path) == 0
+    assert os.path.getsize(agg.files.journal_path) == 0
 
     target2 = Recorder(config)
     agg2 = Aggregator(config, target2)
@@ -348,7 +348,7 @@ def test_journal_replays_what_was_acknowledged_after_the_last_snapshot(tmp_path)
         agg.accept(body)
     served = histogram_lines(Renderer(target).render().decode())
     # a SIGKILL now: no close(), the journal holds pushes 3-5 plus a record cut short
-    with open(agg.journal_path, "ab") as f:
+    with open(agg.files.journal_path, "ab") as f:
         f.write(b"\x00\x00\x10\x00partial")
     target2 = Recorder(config)
     agg2 = Aggregator(config, target2)
@@ -375,7 +375,7 @@ async def test_metrics_can_require_a_token_or_basic_auth(tmp_path):
         metrics_password_file=str(tmp_path / "password")))
     target = Recorder(config)
     agg = Aggregator(config, target)
-    client = TestClient(TestServer(create_app(lambda: Renderer(target), agg)))
+    client = TestClient(TestServer(create_app(lambda: Renderer(target, agg.families), agg)))
     await client.start_server()
     try:
         basic = base64.b64encode(b"prom:pa:ss").decode()
@@ -434,7 +434,7 @@ def test_tls_serves_metrics_and_takes_pushes(tmp_path):
                                                 tls_key_file=str(key)))
     target = Recorder(config)
     agg = Aggregator(config, target)
-    renderer = Renderer(target)
+    renderer = Renderer(target, agg.families)
     server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0,
                             agg.ssl_context()).start()
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter._internal import alerts, config, names
+from exporter._internal import alerts, config, names, promql
 from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
 from tests.support.prometheus import metric_names, require_prometheus
 
@@ -146,11 +146,11 @@ def test_each_slo_entry_governs_its_own_model_and_route(tmp_path: Path) -> None:
         labels = f'model="{model}", route="{route}", tenant="t", provider="p"'
         series.append({"series": f"{names.TTFT.name}_count{{{labels}}}", "values": "0+100x10"})
         for le, per_minute in under.items():
-            series.append({"series": f'{names.TTFT.name}_bucket{{{labels}, le="{alerts.le(le)}"}}',
+            series.append({"series": f'{names.TTFT.name}_bucket{{{labels}, le="{promql.le(le)}"}}',
                            "values": f"0+{per_minute}x10"})
     groups = [g["name"] for g in (*alerts.recording_rules(cfg), *alerts.alerting_rules(cfg))]
-    record = alerts.sli_record(300)
-    scope_ids = {id(s.slo): s.id for s in alerts.scopes(cfg)}
+    record = promql.sli_record(300)
+    scope_ids = {id(s.slo): s.id for s in promql.scopes(cfg)}
     samples = []
     for model, route in (("llama", "chat"), ("gpt-4.1", "chat"), ("gpt-4.1", "search")):
         slo = config.slo_for(cfg, model, route)
@@ -191,7 +191,7 @@ def test_window_scale_shrinks_windows_but_keeps_names() -> None:
     (4320, "72m"), (2.5, "2500ms"), (300 / 60, "5s"),
 ])
 def test_duration(seconds: float, text: str) -> None:
-    assert alerts.duration(seconds) == text
+    assert promql.duration(seconds) == text
 
 
 def test_connect_phase_is_a_phase_the_exporter_records() -> None:
@@ -199,7 +199,7 @@ def test_connect_phase_is_a_phase_the_exporter_records() -> None:
 
 
 def test_thresholds_are_exposed_le_values() -> None:
-    assert [alerts.le(x) for x in (2.0, 0.5, 10.0, 120.0)] == ["2.0", "0.5", "10.0", "120.0"]
+    assert [promql.le(x) for x in (2.0, 0.5, 10.0, 120.0)] == ["2.0", "0.5", "10.0", "120.0"]
 
 
 def test_no_folding_alert_when_tenants_are_allowlisted() -> None:

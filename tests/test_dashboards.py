@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 import exporter
-from exporter._internal import alerts, config, dashboards, names, runtime
+from exporter._internal import config, dashboards, names, promql, runtime
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import stream_chat
 from exporter._internal.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER, ProviderServer
@@ -187,7 +187,7 @@ def test_burn_rate_panel_thresholds_are_the_page_factors() -> None:
     board = load("ttft-overview")
     burn = next(p for p in panels(board) if p["title"] == "TTFT error budget burn rate")
     steps = [s["value"] for s in burn["fieldConfig"]["defaults"]["thresholds"]["steps"][1:]]
-    assert steps == sorted(p.factor for p in alerts.PAGE_BURN)
+    assert steps == sorted(p.factor for p in promql.PAGE_BURN)
 
 
 # --- end to end: demo provider + exporter + a real Prometheus on the generated rules -------------
@@ -314,7 +314,7 @@ def test_end_to_end_every_query_and_rule_has_data_and_the_noisy_neighbour_alerts
     # Every request of the noisy tenant is a 40k-token document: 0.8 s of prefill that holds
     # every stream of the model (the demo's batch_block_tokens is 32k).
     noisy = replace(LatencyModel.default(), noisy_probability=1.0, noisy_input_tokens=40_000)
-    n = alerts.Names.of(cfg.alerting)
+    n = promql.Names.of(cfg.alerting)
     where = f'model="{NOISY_MODEL}", route="{NOISY_ROUTE}"'
     with ProviderServer(noisy) as provider:
         server = exporter.start_http_server(port=0)

@@ -1,4 +1,5 @@
-"""Worker side of push: the HDR wire codec, the recorder's drain, and the flusher's behaviour."""
+"""Worker side of push: the HDR V2 codec, the wire format, draining the recorder, and the
+flusher's behaviour."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 import exporter
-from exporter._internal import names, push, runtime
+from exporter._internal import hdr_codec, names, push, runtime, wire
 from exporter._internal.aggregator import Aggregator
 from exporter._internal.config import Config, PushConfig
 from exporter._internal.exposition import Renderer
@@ -53,7 +54,7 @@ def sample_hist(seed: int = 1, n: int = 3000) -> Histogram:
 
 def test_v2_encoding_is_read_by_the_reference_hdrhistogram():
     h = sample_hist()
-    raw = push.encode_hist(h)
+    raw = hdr_codec.encode_hist(h)
     compressed = zlib.compress(raw)
     wrapped = base64.b64encode(struct.pack(">II", 0x1C849314, len(compressed)) + compressed)
     reference = HdrHistogram.decode(wrapped)
@@ -64,7 +65,7 @@ def test_v2_encoding_is_read_by_the_reference_hdrhistogram():
 def test_reference_v2_encoding_decodes_to_the_same_counts():
     h = sample_hist(2)
     encoded = base64.b64decode(h.to_hdrh().encode())
-    decoded = push.decode_hist(h.layout, zlib.decompress(encoded[8:]))
+    decoded = hdr_codec.decode_hist(h.layout, zlib.decompress(encoded[8:]))
     assert list(decoded.nonzero()) == list(h.nonzero())
     assert decoded.count == h.count
 
@@ -78,43 +79,43 @@ def test_large_counts_use_nine_byte_varints_and_survive():
     big._lo = 500
     big.count = 2**62 + 2**40
     for hist in (h, big):
-        back = push.decode_hist(layout, push.encode_hist(hist))
+        back = hdr_codec.decode_hist(layout, hdr_codec.encode_hist(hist))
         assert list(back.nonzero()) == list(hist.nonzero()) and back.count == hist.count
 
 
 @pytest.mark.parametrize("cut", [1, 5, 39, 41])
 def test_truncated_or_corrupt_hdr_is_a_push_error(cut):
     h = sample_hist(3)
-    raw = push.encode_hist(h)
-    with pytest.raises(push.PushError):
-        push.decode_hist(h.layout, raw[:-cut] if cut < 40 else raw[:cut])
-    with pytest.raises(push.PushError):
-        push.decode_hist(Layout(HOUR_US, 3), raw)  # another precision
+    raw = hdr_codec.encode_hist(h)
+    with pytest.raises(hdr_codec.MalformedHdr):
+        hdr_codec.decode_hist(h.layout, raw[:-cut] if cut < 40 else raw[:cut])
+    with pytest.raises(hdr_codec.IncompatibleHdr):
+        hdr_codec.decode_hist(Layout(HOUR_US, 3), raw)  # another precision
     bad_cookie = b"\x00" + raw[1:]
-    with pytest.raises(push.PushError):
-        push.decode_hist(h.layout, bad_cookie)
+    with pytest.raises(hdr_codec.MalformedHdr):
+        hdr_codec.decode_hist(h.layout, bad_cookie)
 
 
 def test_counts_carry_count_exact_sum_and_straddle_counts():
     h = sample_hist(4)
-    counts = base64.b64encode(push.encode_counts(h)).decode()
-    back = push._read_hist(h.layout, counts, h.count, h.total)
-    push._read_straddles(h.layout, [[0, p, n] for p, n in h._at_or_below.items()], [back])
+    counts = base64.b64encode(hdr_codec.encode_counts(h)).decode()
+    back = wire._read_hist(h.layout, counts, h.count, h.total)
+    wire._read_straddles(h.layout, [[0, p, n] for p, n in h.at_or_below.items()], [back])
     full = back.to_histogram()
     assert full.total == h.total and full.cumulative_at() == h.cumulative_at()
     assert list(full.nonzero()) == list(h.nonzero())
     # the counts plus the layout's V2 header are a standard encoding
     raw = base64.b64decode(counts)
-    assert push.v2_header(h.layout, len(raw)) + raw == push.encode_hist(h)
-    with pytest.raises(push.PushError):  # a sum its buckets cannot produce
-        push._read_hist(h.layout, counts, h.count, 0)
-    (pos, n), = list(h._at_or_below.items())[:1]
-    with pytest.raises(push.PushError):  # a straddle count above its bucket
-        push._read_straddles(h.layout, [[0, pos, h.count + 1]],
-                             [push._read_hist(h.layout, counts, h.count, h.total)])
+    assert hdr_codec.v2_header(h.layout, len(raw)) + raw == hdr_codec.encode_hist(h)
+    with pytest.raises(wire.PushError):  # a sum its buckets cannot produce
+        wire._read_hist(h.layout, counts, h.count, 0)
+    (pos, n), = list(h.at_or_below.items())[:1]
+    with pytest.raises(wire.PushError):  # a straddle count above its bucket
+        wire._read_straddles(h.layout, [[0, pos, h.count + 1]],
+                             [wire._read_hist(h.layout, counts, h.count, h.total)])
     truncated = base64.b64encode(raw[:-2]).decode()
-    with pytest.raises(push.PushError):  # the counts no longer add up to the count
-        push._read_hist(h.layout, truncated, h.count, h.total)
+    with pytest.raises(wire.PushError):  # the counts no longer add up to the count
+        wire._read_hist(h.layout, truncated, h.count, h.total)
 
 
 # --- drain --------------------------------------------------------------------------------------
@@ -124,40 +125,41 @@ def test_drain_takes_everything_once_and_leaves_zeros():
     for i in range(300):
         call(rec, 1000 + 37 * i, tenant=f"t{i % 3}", trace_id=f"trace{i}")
     started = rec.started("m", "p", "r")
-    delta = rec.drain()
+    delta = push.drain(rec)
     assert sum(delta.requests.values()) == 300
     ttft = {k: h for k, h in delta.histograms.items() if k[0] == names.TTFT.name}
     assert sum(h.count for h in ttft.values()) == 300
     assert delta.in_flight == {started: 1}
     assert any(delta.exemplars.values())
-    again = rec.drain()
+    again = push.drain(rec)
     assert not again.histograms and not again.requests and again.in_flight == {started: 1}
     call(rec, 5000)
-    third = rec.drain()
+    third = push.drain(rec)
     assert sum(h.count for k, h in third.histograms.items() if k[0] == names.TTFT.name) == 1
 
 
-def test_drain_is_one_short_lock_hold():
+def test_drain_is_one_short_lock_hold(monkeypatch):
     """The app's threads wait for pointer swaps only: the HDR folding runs after the lock."""
     rec = Recorder()
     for i in range(20_000):
         call(rec, 1000 + i, tenant=f"t{i % 50}")
-    held = []
-    original = rec._lock
+    acquisitions, folded_under_lock = [], []
+    original_acquire, original_bucketize = rec._acquire, Layout.bucketize
 
-    class Timed:
-        def __enter__(self):
-            original.acquire()
-            self.t = time.perf_counter()
+    def acquire():
+        acquisitions.append(1)
+        return original_acquire()
 
-        def __exit__(self, *exc):
-            held.append(time.perf_counter() - self.t)
-            original.release()
+    def bucketize(layout, values):
+        folded_under_lock.append(rec._lock.locked())
+        return original_bucketize(layout, values)
 
-    rec._lock = Timed()
-    rec.drain()
-    rec._lock = original
-    assert len(held) == 1 and held[0] < 0.005
+    monkeypatch.setattr(rec, "_acquire", acquire)
+    monkeypatch.setattr(Layout, "bucketize", bucketize)
+    delta = push.drain(rec)
+    assert len(acquisitions) == 1  # one lock hold
+    assert folded_under_lock and not any(folded_under_lock)  # every fold after it
+    assert sum(h.count for k, h in delta.histograms.items() if k[0] == names.TTFT.name) == 20_000
 
 
 # --- the flusher against a real aggregator -----------------------------------------------------
@@ -287,37 +289,51 @@ def test_a_rejected_batch_is_dropped_and_counted_not_retried_forever():
         agg.stop()
 
 
-def test_a_hanging_aggregator_never_slows_the_app():
-    """The socket accepts but never answers: the flusher waits, recording does not."""
+def test_a_hanging_aggregator_never_slows_the_app_nor_configure():
+    """The socket accepts but never answers: the flusher waits, recording and configure() do
+    not (neither needs the flusher's lock nor the network)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
+    listener.settimeout(30)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    conn = None
     try:
         exporter.configure({"push_url": url, "push": {"interval_seconds": 0.05,
-                                                      "timeout_seconds": 0.5}})
-        flusher = push.current()
+                                                      "timeout_seconds": 60}})
+        flusher = runtime.current_flusher()
         assert flusher is not None
         rec = runtime.state().recorder
-        time.sleep(0.15)  # the flusher is now blocked in a POST
-        worst = 0.0
-        for i in range(2000):
-            start = time.perf_counter()
+        call(rec, 1000)
+        conn, _ = listener.accept()  # the flusher connected and is sending its POST
+        conn.settimeout(30)
+        assert conn.recv(65536).startswith(b"POST /push")
+        assert flusher._lock.locked()  # it waits for an answer that never comes
+        for i in range(2000):  # recording needs neither the flusher's lock nor the network
             call(rec, 1000 + i)
-            worst = max(worst, time.perf_counter() - start)
-        assert worst < 0.05
-        assert flusher._lock.locked()  # the flusher's own lock, never the recorder's
+        done = threading.Event()
+
+        def reconfigure():
+            runtime.configure(None)  # retires the flusher: its own thread makes the last push
+            done.set()
+
+        threading.Thread(target=reconfigure, daemon=True).start()
+        assert done.wait(20), "configure() waited for the hanging aggregator"
+        assert flusher._lock.locked()  # the POST is still unanswered
+        assert runtime.current_flusher() is None
+        assert sum(rec.counters().requests.values()) == 2000  # the first one is being sent
     finally:
-        runtime.configure(None)  # stops the flusher: one last attempt, then gone
+        runtime.configure(None)
+        if conn is not None:
+            conn.close()  # the retired flusher's POST fails now; its thread ends
         listener.close()
-    assert push.current() is None
 
 
 def test_configure_and_env_var_turn_push_on_and_off(monkeypatch):
     agg = Aggregated()
     try:
         exporter.configure({"push_url": agg.url, "push": {"interval_seconds": 0.05}})
-        flusher = push.current()
+        flusher = runtime.current_flusher()
         assert flusher is not None and flusher.url == agg.url
         with exporter.track(model="m", provider="p", route="r", tenant="t") as c:
             c.token()
@@ -326,13 +342,14 @@ def test_configure_and_env_var_turn_push_on_and_off(monkeypatch):
             time.sleep(0.02)
         assert agg.calls() == 1
         runtime.configure(None)
-        assert push.current() is None
+        assert runtime.current_flusher() is None
         monkeypatch.setenv(push.ENV_URL, agg.url)
         runtime.configure(None)
-        assert push.current() is not None and push.current().worker != flusher.worker
+        assert runtime.current_flusher() is not None
+        assert runtime.current_flusher().worker != flusher.worker
         monkeypatch.delenv(push.ENV_URL)
         runtime.configure(None)
-        assert push.current() is None
+        assert runtime.current_flusher() is None
     finally:
         agg.stop()
 
@@ -340,9 +357,9 @@ def test_configure_and_env_var_turn_push_on_and_off(monkeypatch):
 def test_payload_is_compressed_json_with_the_documented_fields():
     rec = Recorder()
     call(rec, 1500, trace_id="abc")
-    delta = rec.drain()
+    delta = push.drain(rec)
     delta.worker, delta.seq, delta.interval = "w", 1, 5.0
-    doc = json.loads(zlib.decompress(push.encode(delta, push.layouts_of(rec))))
+    doc = json.loads(zlib.decompress(wire.encode(delta, rec.schema.layouts())))
     assert doc["format"] == "ttft-exporter-delta" and doc["version"] == 1
     assert set(doc) == {"format", "version", "worker", "seq", "interval", "final", "layouts",
                         "labels", "histograms", "straddles", "exemplars", "requests",
@@ -395,7 +412,9 @@ def test_flusher_thread_pushes_on_its_own():
 
         t = threading.Thread(target=app_thread)
         t.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while agg.aggregator.batches[names.PUSH_APPLIED] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # poll: the flusher pushes every 50 ms on its own
         stop.set()
         t.join()
         flusher.close(timeout=2)
@@ -417,7 +436,7 @@ def test_counts_codec_round_trips_random_histograms():
             value = rng.choice([rng.randint(0, 200), int(rng.lognormvariate(10, 3))])
             h.record_many([min(value, 10 * HOUR_US)] * rng.choice([1, 2, 63, 64, 65, 300,
                                                                   9000]))
-        back = push.decode_hist(layout, push.encode_hist(h))
+        back = hdr_codec.decode_hist(layout, hdr_codec.encode_hist(h))
         assert list(back.nonzero()) == list(h.nonzero()) and back.count == h.count
         assert list(back.to_histogram().nonzero()) == list(h.nonzero())
 

@@ -33,7 +33,7 @@ WORKERS, CALLS = 4, 500
 MASTER = r'''
 import json, os, sys, time
 import exporter
-from exporter._internal import push, runtime
+from exporter._internal import runtime
 from exporter._internal.timeline import CallTimeline
 
 url, values_path, pace = sys.argv[1], sys.argv[2], float(sys.argv[3])
@@ -41,7 +41,7 @@ parent_calls = int(sys.argv[4])
 values = json.loads(open(values_path).read())
 exporter.configure({"push_url": url, "push": {"interval_seconds": 0.1, "timeout_seconds": 2,
                                               "exit_timeout_seconds": 30}})
-parent = push.current().worker
+parent = runtime.current_flusher().worker
 for _ in range(parent_calls):  # the master's own calls, still unpushed when it forks
     t = CallTimeline(start=0, model="m", provider="p", route="r", tenant="master")
     t.token(1000)
@@ -52,7 +52,7 @@ pids = []
 for vals in values:
     pid = os.fork()
     if pid == 0:  # a worker: fresh recorder, fresh id, its own flusher
-        assert push.current() is not None and push.current().worker != parent
+        assert runtime.current_flusher() is not None and runtime.current_flusher().worker != parent
         rec = runtime.state().recorder
         for v in vals:
             t = CallTimeline(start=0, model="m", provider="p", route="r", tenant="acme")

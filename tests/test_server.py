@@ -8,7 +8,7 @@ import pytest
 
 import exporter
 from exporter._internal import names
-from exporter._internal.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+from exporter._internal.textformat import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from exporter._internal.server import wants_openmetrics
 from tests.support.prometheus import PROMTOOL, require_prometheus
 

@@ -20,7 +20,7 @@ from exporter._internal import names, runtime
 from exporter._internal.shim import instrument as instrument_module
 from exporter._internal.shim import openai as shim_openai
 from exporter._internal.shim import anthropic as shim_anthropic
-from exporter._internal.shim import httpx_trace, stream
+from exporter._internal.shim import httpx_trace
 from tests.test_shim_support import Recorded, drops, script, server  # noqa: F401
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -155,12 +155,15 @@ def test_abandoned_inside_the_recorders_lock_is_deferred_not_deadlocked(server):
         s = c.chat.completions.create(model="m", messages=MESSAGES, stream=True,
                                       extra_headers=script(tokens=4))
         next(s)
-        lock = runtime.state().recorder._lock
-        with lock:  # as if the collector ran a finaliser while this thread records
+        recorder = runtime.state().recorder
+        with recorder._held:  # as if the collector ran a finaliser while this thread records
             del s
             gc.collect()
-            assert rec.timelines == [] and len(stream._deferred) == 1
-        stream_call(c, tokens=1)  # the next call records the deferred one first
+            assert len(recorder._deferred) == 1 and not recorder.requests
+        # the lock's release recorded it: no other call was needed (a scrape would do too)
+        assert recorder.counters().requests == {
+            ("m", names.ABANDONED, "local", names.UNKNOWN, names.UNKNOWN): 1}
+        stream_call(c, tokens=1)
         abandoned, ok = rec.all()
         assert (abandoned.outcome, ok.outcome) == (names.ABANDONED, names.OK)
     finally:

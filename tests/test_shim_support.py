@@ -12,7 +12,7 @@ import exporter
 from exporter._internal import names, runtime
 from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer
 from exporter._internal.shim import anthropic as shim_anthropic
-from exporter._internal.shim import httpx_trace, stream
+from exporter._internal.shim import hooks, httpx_trace, providers
 from exporter._internal.shim import openai as shim_openai
 from exporter._internal.timeline import CallTimeline, derive
 
@@ -63,12 +63,10 @@ class Recorded:
         rec.record_call = record_call  # instance attribute: this test's recorder only
 
     def one(self) -> CallTimeline:
-        stream.drain()
         assert len(self.timelines) == 1, self.timelines
         return self.timelines.pop()
 
     def all(self) -> list[CallTimeline]:
-        stream.drain()
         out, self.timelines = self.timelines, []
         return out
 
@@ -118,7 +116,7 @@ def drops() -> int:
     (None, "anthropic", "anthropic"),
 ])
 def test_provider_names_are_short(host, default, want):
-    assert stream.provider_name(host, default) == want
+    assert providers.provider_name(host, default) == want
 
 
 def test_provider_from_client_class():
@@ -170,11 +168,11 @@ def test_responses_and_anthropic_classification():
         names.REASONING
     assert r(ev(type="response.function_call_arguments.delta", delta="{"), None) == names.TOOL
     a = shim_anthropic.classify
-    tr = SimpleNamespace(usage=None)
+    tr = SimpleNamespace(usage_seen=None)
     message = ev(usage=ev(input_tokens=5, cache_read_input_tokens=7,
                           cache_creation_input_tokens=0, output_tokens=1), model="claude-x")
     assert a(ev(type="message_start", message=message), tr) is None
-    assert tr.usage == {"input_tokens": 5, "cache_read_input_tokens": 7,
+    assert tr.usage_seen == {"input_tokens": 5, "cache_read_input_tokens": 7,
                         "cache_creation_input_tokens": 0, "output_tokens": 1,
                         "model": "claude-x"}
     assert a(ev(type="content_block_start"), tr) is None
@@ -213,10 +211,10 @@ def test_a_request_nested_in_an_llm_call_is_not_part_of_it(instrumented):
     def original(self, cast_to, options, **kwargs):
         if options.url == "/chat/completions":
             return hook(self, cast_to, SimpleNamespace(url="/oauth/token", method="post"))
-        seen.append(stream._CURRENT.get())
+        seen.append(hooks._CURRENT.get())
         return "token"
 
-    hook = stream.request_hook(original, shim_openai.SDK_SPEC, is_async=False)
+    hook = hooks.request_hook(original, shim_openai.SDK_SPEC, is_async=False)
     client = SimpleNamespace(base_url=SimpleNamespace(host="api.openai.com"))
     options = SimpleNamespace(url="/chat/completions", method="post", json_data={"model": "m"})
     rec = Recorded()

@@ -1,7 +1,7 @@
 """`ttft-exporter serve` as the aggregator: many worker processes, one exact scrape target.
 
-Workers (exporter/push.py) POST deltas to `/push`. Each body is validated completely before
-anything is applied (`push.decode`), so a bad push changes nothing; it is answered with a 4xx
+Workers (push.py) POST deltas to `/push`. Each body is validated completely before
+anything is applied (`wire.decode`), so a bad push changes nothing; it is answered with a 4xx
 and counted in `ttft_exporter_push_rejected_total{reason}`: `unauthorized` (401: bearer token
 missing or wrong, compared in constant time), `too_large` (413: over `max_body_bytes`, or
 inflating past `max_decompressed_bytes`), `malformed` (400), `incompatible` (409: another
@@ -12,14 +12,16 @@ makes the workers' retries idempotent. The in-flight gauge is the sum of each li
 value; a worker's gauges expire when it stops pushing (`gauge_ttl_seconds`, default 3 × its
 interval) or at once when its last push says `final`.
 
-Restart safety, with `snapshot_path`: every applied push is appended to a journal
-(`<snapshot_path>.journal`) before it is acknowledged, and the whole state (histograms, counters,
-the applied (worker, seq) map, the self-metrics) is written atomically (temporary file, fsync,
-rename) every `snapshot_interval_seconds` and at shutdown, after which the journal is emptied. At
-start the snapshot is loaded and the journal replayed (duplicates skipped by seq), so a SIGTERM or
-even a SIGKILL loses no acknowledged push and Prometheus sees no counter reset; a push that was
-not acknowledged is still held by its worker, which resends it. The sliding windows are not
-saved: they refill within `window.seconds`.
+Restart safety, with `snapshot_path` (journal.py): every push is journalled before it is
+applied and acknowledged, and the whole state (histograms, counters, the applied (worker, seq)
+map, the self-metrics) is snapshotted every `snapshot_interval_seconds` and at shutdown. At start
+the snapshot is loaded and the journal replayed (duplicates skipped by seq), so a SIGTERM or even
+a SIGKILL loses no acknowledged push and Prometheus sees no counter reset; a push that could not
+be journalled is answered 503 and stays with its worker, which resends it. The sliding windows
+are not saved: they refill within `window.seconds`.
+
+The aggregator owns its recorder; runtime.become_aggregator() makes it the one the process
+serves, with the self-metrics below rendered after the recorder's families.
 """
 
 from __future__ import annotations
@@ -29,31 +31,28 @@ import base64
 import binascii
 import contextlib
 import hmac
-import json
 import logging
 import os
 import ssl
-import struct
-import tempfile
 import time
-import zlib
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from . import names, push
+from . import names, wire
 from .config import Config, ConfigError
-from .exposition import _render_family
+from .journal import StateFiles
+from .push import ENV_TOKEN
 from .recorder import Recorder
+from .wire import Delta, PushError
 
 log = logging.getLogger("exporter.aggregator")
 
 SNAPSHOT_WORKER = "snapshot"
 #: Gauges of a worker that gave no interval expire after this long at least.
 MIN_GAUGE_TTL = 10.0
-_RECORD = struct.Struct(">I")
 
 _HELP = {
     names.SELF_PUSH_REJECTED: "Pushes rejected by this aggregator, by reason.",
@@ -93,17 +92,16 @@ def read_secret(path: str, key: str) -> str:
 
 
 class Aggregator:
-    """Receives worker pushes into `recorder` (the process-wide one in `ttft-exporter serve`)."""
+    """Receives worker pushes into its recorder (new, or the one given)."""
 
-    def __init__(self, config: Config, recorder: Recorder,
+    def __init__(self, config: Config, recorder: Recorder | None = None,
                  clock: Callable[[], float] = time.monotonic):
         agg = config.aggregator
         self.config = config
-        self.recorder = recorder
+        self.recorder = recorder = recorder if recorder is not None else Recorder(config)
         self.clock = clock
         self.push_token = (read_secret(agg.push_token_file, "aggregator.push_token_file")
-                           if agg.push_token_file else
-                           os.environ.get(push.ENV_TOKEN, "").strip())
+                           if agg.push_token_file else os.environ.get(ENV_TOKEN, "").strip())
         self.metrics_token = (read_secret(agg.metrics_token_file, "aggregator.metrics_token_file")
                               if agg.metrics_token_file else "")
         self.metrics_basic: tuple[str, str] | None = None
@@ -125,14 +123,10 @@ class Aggregator:
                                    state.label_names.index(names.ROUTE),
                                    state.label_names.index(names.TENANT))
                             for name, state in recorder.families.items() if state.has_tenant}
-        self.snapshot_path = agg.snapshot_path
-        self.journal_path = agg.snapshot_path + ".journal" if agg.snapshot_path else ""
-        self._journal: int | None = None
+        self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self._last_snapshot = clock()
-        if self.snapshot_path:
+        if self.files is not None:
             self.restore()
-            self._journal = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                                    0o600)
 
     # --- auth ---------------------------------------------------------------------------------
 
@@ -166,14 +160,24 @@ class Aggregator:
     def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """Validate and apply one (authorized, size-checked) push body: (HTTP status, answer)."""
         try:
-            delta = push.decode(body, self.recorder,
+            delta = wire.decode(body, self.recorder.schema,
                                 max_inflated=self.config.aggregator.max_decompressed_bytes)
-        except push.PushError as e:
+        except PushError as e:
             return self.reject(e.reason, e.detail)
-        applied = self.apply(delta)
-        if applied:
-            self._journal_append(body)
-        return 200, {"applied": applied, "seq": delta.seq}
+        if self.is_duplicate(delta):
+            self.batches[names.PUSH_DUPLICATE] += 1
+            return 200, {"applied": False, "seq": delta.seq}
+        if self.files is not None:
+            try:
+                self.files.append(body)
+            except OSError as e:
+                self.snapshot_failures += 1
+                log.warning("ttft-exporter aggregator: cannot journal a push (%s); answered "
+                            "503, the worker keeps it", e.strerror or e)
+                return 503, {"error": "unavailable", "detail": "the push could not be made "
+                                                               "durable; retry later"}
+        self.apply(delta)
+        return 200, {"applied": True, "seq": delta.seq}
 
     def reject(self, reason: str, detail: str) -> tuple[int, dict[str, Any]]:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -181,15 +185,20 @@ class Aggregator:
                   names.REJECT_INCOMPATIBLE: 409}.get(reason, 400)
         return status, {"error": reason, "detail": detail}
 
-    def apply(self, delta: push.Delta, window: bool = True) -> bool:
+    def is_duplicate(self, delta: Delta) -> bool:
+        """True when this (worker, seq) was applied already (a retry)."""
+        last = self.applied.get(delta.worker)
+        return last is not None and delta.seq <= last
+
+    def apply(self, delta: Delta, window: bool = True) -> bool:
         """Merge a validated delta unless its (worker, seq) was applied; True when merged."""
         worker = delta.worker
-        last = self.applied.get(worker)
-        if last is not None and delta.seq <= last:
+        if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
             return False
         self._cap_tenants(delta)
-        self.recorder.merge(delta, window=window)
+        self.recorder.absorb(delta.histograms, delta.exemplars, delta.requests,
+                             delta.tenant_folds, delta.dropped, window=window)
         self.applied.pop(worker, None)
         self.applied[worker] = delta.seq
         while len(self.applied) > self.config.aggregator.max_workers:
@@ -206,7 +215,7 @@ class Aggregator:
         self.batches[names.PUSH_APPLIED] += 1
         return True
 
-    def _cap_tenants(self, delta: push.Delta) -> None:
+    def _cap_tenants(self, delta: Delta) -> None:
         """Workers cap tenants each on their own: cap their union per (model, route) again."""
         limit = self.config.labels.max_tenants
         tenants = self._tenants
@@ -267,7 +276,7 @@ class Aggregator:
                 totals.pop(key, None)
         for key, n in (values or {}).items():
             totals[key] = totals.get(key, 0) + n
-        self.recorder.replace_in_flight(totals)  # type: ignore[arg-type]
+        self.recorder.set_in_flight(totals)  # type: ignore[arg-type]
 
     def expire(self) -> None:
         """Drop the gauges of workers that stopped pushing."""
@@ -325,17 +334,16 @@ class Aggregator:
             await asyncio.sleep(1.0)
             try:
                 self.expire()
-                if self.snapshot_path and self.clock() - self._last_snapshot >= interval:
+                if self.files is not None and self.clock() - self._last_snapshot >= interval:
                     self.snapshot()
             except Exception:
                 log.exception("ttft-exporter aggregator: background task failed")
 
     def close(self) -> None:
         """Write the last snapshot and close the journal (idempotent)."""
-        if self.snapshot_path and self._journal is not None:
+        if self.files is not None and self.files.is_open:
             self.snapshot()
-            os.close(self._journal)
-            self._journal = None
+            self.files.close()
 
     # --- self-metrics ---------------------------------------------------------------------------
 
@@ -360,16 +368,12 @@ class Aggregator:
                                 _HELP[names.SELF_SNAPSHOT_FAILURES], value=self.snapshot_failures),
         ]
 
-    def render(self, openmetrics: bool) -> bytes:
-        """The self-metrics, in the format of the rest of the scrape."""
-        return "".join(_render_family(f, openmetrics) for f in self.families()).encode("utf-8")
-
     # --- snapshot and journal -------------------------------------------------------------------
 
     def state_document(self) -> dict[str, Any]:
         """Everything that must survive a restart, as one delta-format document plus extras."""
         rec = self.recorder
-        delta = push.Delta(worker=SNAPSHOT_WORKER, final=True)
+        delta = Delta(worker=SNAPSHOT_WORKER, final=True)
         for state in rec.families.values():
             for series, hist, exemplars in rec.snapshot(state):
                 if hist.count:
@@ -378,10 +382,10 @@ class Aggregator:
                     if exemplars:
                         delta.exemplars[key] = exemplars
         counters = rec.counters()
-        delta.requests = counters.requests
-        delta.tenant_folds = counters.folds
+        delta.requests = counters.requests  # type: ignore[assignment]
+        delta.tenant_folds = counters.folds  # type: ignore[assignment]
         delta.dropped = counters.drops
-        doc = push.payload(delta, push.layouts_of(rec))
+        doc = wire.payload(delta, rec.schema.layouts())
         doc["applied"] = [[worker, seq] for worker, seq in self.applied.items()]
         doc["self"] = {"rejected": self.rejected, "batches": self.batches,
                        "lost_batches": self.lost_batches, "push_failures": self.push_failures,
@@ -392,53 +396,32 @@ class Aggregator:
     def snapshot(self) -> bool:
         """Write the state atomically, then empty the journal; False (counted) on failure."""
         self._last_snapshot = self.clock()
-        path = Path(self.snapshot_path)
-        tmp = None
+        if self.files is None:
+            return False
         try:
-            data = zlib.compress(json.dumps(self.state_document(), separators=(",", ":")
-                                            ).encode("utf-8"), 6)
-            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp",
-                                       dir=str(path.parent))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            tmp = None
-            _fsync_dir(path.parent)
-            if self._journal is not None:
-                os.ftruncate(self._journal, 0)
+            self.files.write_snapshot(self.state_document())
             return True
         except OSError as e:
             self.snapshot_failures += 1
-            log.warning("ttft-exporter aggregator: cannot write snapshot %s: %s", path,
-                        e.strerror or e)
+            log.warning("ttft-exporter aggregator: cannot write snapshot %s: %s",
+                        self.files.path, e.strerror or e)
             return False
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
 
     def restore(self) -> None:
         """Load the snapshot and replay the journal (at start, before serving)."""
-        path = Path(self.snapshot_path)
-        if path.exists():
+        assert self.files is not None
+        doc = self.files.read_snapshot()
+        if doc is not None:
             try:
-                raw = push.inflate(path.read_bytes(), 1 << 34)
-                doc = json.loads(raw)
-                delta = push.from_payload(doc, self.recorder)
+                delta = wire.from_payload(doc, self.recorder.schema)
                 applied = _applied_map(doc.get("applied"))
-                extra = doc.get("self") if isinstance(doc.get("self"), dict) else {}
-            except (OSError, ValueError) as e:
-                aside = path.with_name(path.name + ".unreadable")
-                log.warning("ttft-exporter aggregator: snapshot %s not restored (%s); moved to "
-                            "%s, starting from zero", path, e, aside)
-                with contextlib.suppress(OSError):
-                    os.replace(path, aside)
+            except ValueError as e:
+                self.files.set_aside(str(e))
             else:
                 self.apply(delta, window=False)
                 self.applied = applied
                 self.batches[names.PUSH_APPLIED] -= 1  # the snapshot itself is no push
+                extra = doc.get("self") if isinstance(doc.get("self"), dict) else {}
                 for name, target in (("rejected", self.rejected), ("batches", self.batches)):
                     for key, n in (extra.get(name) or {}).items():
                         if key in target and type(n) is int and n >= 0:
@@ -447,36 +430,17 @@ class Aggregator:
                     n = extra.get(name)
                     if type(n) is int and n >= 0:
                         setattr(self, name, getattr(self, name) + n)
-        journal = Path(self.journal_path)
-        if journal.exists():
-            replayed = 0
-            data = journal.read_bytes()
-            pos = 0
-            while pos + _RECORD.size <= len(data):
-                (size,) = _RECORD.unpack_from(data, pos)
-                body = data[pos + _RECORD.size:pos + _RECORD.size + size]
-                if len(body) < size:
-                    break  # a record cut by a crash: it was never acknowledged
-                pos += _RECORD.size + size
-                try:
-                    delta = push.decode(body, self.recorder, max_inflated=1 << 34)
-                except push.PushError as e:
-                    log.warning("ttft-exporter aggregator: journal record skipped: %s", e)
-                    continue
-                replayed += self.apply(delta, window=False)
-            if replayed:
-                log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
-                            journal)
-
-    def _journal_append(self, body: bytes) -> None:
-        if self._journal is None:
-            return
-        try:
-            os.write(self._journal, _RECORD.pack(len(body)) + body)
-        except OSError as e:
-            self.snapshot_failures += 1
-            log.warning("ttft-exporter aggregator: cannot append to %s: %s", self.journal_path,
-                        e.strerror or e)
+        replayed = 0
+        for body in self.files.replay():
+            try:
+                delta = wire.decode(body, self.recorder.schema, max_inflated=1 << 34)
+            except PushError as e:
+                log.warning("ttft-exporter aggregator: journal record skipped: %s", e)
+                continue
+            replayed += self.apply(delta, window=False)
+        if replayed:
+            log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
+                        self.files.journal_path)
 
     # --- TLS ------------------------------------------------------------------------------------
 
@@ -517,12 +481,3 @@ def _applied_map(value: Any) -> dict[str, int]:
             raise ValueError("applied map entry is not [worker, seq]")
         out[item[0]] = item[1]
     return out
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(str(path), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

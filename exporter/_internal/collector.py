@@ -12,11 +12,15 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from . import runtime
-from .exposition import families
+from .families import families
 
 
 class ExporterCollector(Collector):
     """Collects from the process-wide recorder current at each scrape (follows configure())."""
 
     def collect(self) -> Iterable[Metric]:
-        return families(runtime.state().recorder)
+        current = runtime.state()
+        extra = current.renderer.extra
+        yield from families(current.recorder, current.renderer.last_scrape_seconds)
+        if extra is not None:
+            yield from extra()

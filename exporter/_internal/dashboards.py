@@ -1,11 +1,9 @@
-"""Grafana dashboards, generated with grafanalib from the same config as the rules.
+"""The four Grafana dashboards: what each panel shows, and the panel builders.
 
-grafanalib 0.7.1 emits an old dashboard model (schemaVersion 12, the pre-Grafana-9 heatmap,
-Stat thresholds as "", legacy keys such as `rows` and `span`). The small classes below extend it
-to the current model: schemaVersion 39, the current `heatmap` panel reading Prometheus buckets
-as-is (`calculate: false`, format `heatmap`), explicit thresholds, `bargauge` options, and every
-panel and query bound to the `${datasource}` variable. Queries come from exporter.names and the
-PromQL builders of exporter.alerts, so a panel can never disagree with an alert.
+Each dashboard answers one set of questions on-call asks (is the SLO met, where does the time
+go, is it one tenant or all, are streams healthy); the grafanalib classes that render them in
+the current Grafana model are in grafana.py. Queries come from exporter.names and the PromQL
+builders of promql.py, which the rules use too, so a panel can never disagree with an alert.
 """
 
 from __future__ import annotations
@@ -17,161 +15,16 @@ from typing import Any
 import attr
 from grafanalib import core
 
-from . import alerts, names
-from .alerts import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
+from . import names, promql
 from .config import Config
+from .grafana import (BASE, SCHEMA_VERSION, BarGauge, BucketHeatmap, Dashboard, PromTarget, Row,
+                      Stat, TimeSeries, Variable, step)
+from .promql import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
 
-SCHEMA_VERSION = 39
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["ttft-exporter", "llm"]
 RATE = "$__rate_interval"
 RANGE = "$__range"
 ROW_HEIGHT = 8
-
-#: Keys grafanalib emits that the current model dropped or that only carry null placeholders.
-_LEGACY_PANEL_KEYS = frozenset({"span", "height", "minSpan", "error", "editable", "maxPerRow",
-                                "repeatDirection", "hideTimeOverride", "maxDataPoints"})
-_LEGACY_DASHBOARD_KEYS = ("__inputs", "gnetId", "hideControls", "rows", "sharedCrosshair",
-                          "style")
-
-
-def step(color: str, value: float | None = None) -> dict[str, Any]:
-    """One threshold step; the first step of a list has no value (it is the base colour)."""
-    return {"color": color, "value": value}
-
-
-BASE = [step("green")]
-
-
-# --- grafanalib extended to the current model -------------------------------------------------
-
-
-@attr.s
-class PromTarget(core.Target):
-    """A Prometheus query bound to the datasource variable, without grafanalib's legacy keys."""
-
-    #: Ask Grafana for the exemplars (trace ids) of the buckets this query reads.
-    exemplar = attr.ib(default=False, validator=attr.validators.instance_of(bool))
-
-    def to_json_data(self) -> dict[str, Any]:
-        return {
-            "datasource": DATASOURCE, "editorMode": "code", "exemplar": self.exemplar,
-            "expr": self.expr, "format": self.format, "instant": self.instant,
-            "range": not self.instant, "legendFormat": self.legendFormat, "refId": self.refId,
-        }
-
-
-class _Current:
-    """Mixin for grafanalib panels: bind to the datasource variable, drop legacy/null keys."""
-
-    def panel_json(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        data = super().panel_json(overrides)  # type: ignore[misc]
-        if data.get("targets"):
-            data["datasource"] = DATASOURCE
-        return _drop_nulls({k: v for k, v in data.items() if k not in _LEGACY_PANEL_KEYS})
-
-
-def _drop_nulls(data: dict[str, Any]) -> dict[str, Any]:
-    """Remove grafanalib's null placeholders from nested mappings (lists are kept as they are:
-    a threshold list's base step must keep its null value)."""
-    return {k: _drop_nulls(v) if isinstance(v, dict) else v
-            for k, v in data.items() if v is not None}
-
-
-@attr.s
-class TimeSeries(_Current, core.TimeSeries):
-    pass
-
-
-@attr.s
-class Stat(_Current, core.Stat):
-    pass
-
-
-@attr.s
-class Row(core.RowPanel):
-    """An expanded row: only the keys the current model reads for one."""
-
-    def to_json_data(self) -> dict[str, Any]:
-        return {"collapsed": False, "gridPos": self.gridPos, "id": self.id, "panels": [],
-                "title": self.title, "type": "row"}
-
-
-@attr.s
-class BucketHeatmap(_Current, core.Panel):
-    """The Grafana >= 9 heatmap over classic buckets: Prometheus already counted them."""
-
-    unit = attr.ib(default="s")
-
-    def to_json_data(self) -> dict[str, Any]:
-        return self.panel_json({
-            "type": "heatmap",
-            "fieldConfig": {"defaults": {"custom": {
-                "hideFrom": {"legend": False, "tooltip": False, "viz": False},
-                "scaleDistribution": {"type": "linear"}}}, "overrides": []},
-            "options": {
-                "calculate": False,
-                "cellGap": 1,
-                "color": {"exponent": 0.5, "fill": "dark-orange", "mode": "scheme",
-                          "reverse": False, "scale": "exponential", "scheme": "Oranges",
-                          "steps": 64},
-                "exemplars": {"color": "rgba(255,0,255,0.7)"},
-                "filterValues": {"le": 1e-9},
-                "legend": {"show": True},
-                "rowsFrame": {"layout": "auto"},
-                "tooltip": {"mode": "single", "showColorScale": False, "yHistogram": True},
-                "yAxis": {"axisPlacement": "left", "reverse": False, "unit": self.unit},
-            },
-        })
-
-
-@attr.s
-class BarGauge(_Current, core.Panel):
-    """The current `bargauge` model (grafanalib's BarGauge still emits `fieldOptions`)."""
-
-    unit = attr.ib(default="s")
-
-    def to_json_data(self) -> dict[str, Any]:
-        return self.panel_json({
-            "type": "bargauge",
-            "fieldConfig": {"defaults": {"color": {"mode": "thresholds"}, "min": 0,
-                                         "unit": self.unit}, "overrides": []},
-            "options": {"displayMode": "gradient", "orientation": "horizontal",
-                        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                          "values": False},
-                        "showUnfilled": True, "valueMode": "color"},
-        })
-
-
-@attr.s
-class Variable(core.Template):
-    """A datasource or `label_values` query variable in the current model."""
-
-    def to_json_data(self) -> dict[str, Any]:
-        if self.type == "datasource":
-            return {"current": {}, "hide": 0, "includeAll": False, "label": self.label,
-                    "multi": False, "name": self.name, "options": [], "query": self.query,
-                    "refresh": 1, "regex": "", "skipUrlSync": False, "type": "datasource"}
-        return {
-            "allValue": ".*", "current": {"selected": True, "text": ["All"],
-                                          "value": ["$__all"]},
-            "datasource": DATASOURCE, "definition": self.query, "hide": 0, "includeAll": True,
-            "label": self.label, "multi": True, "name": self.name, "options": [],
-            "query": {"query": self.query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
-            "refresh": 2, "regex": "", "skipUrlSync": False, "sort": 1, "type": "query",
-        }
-
-
-@attr.s
-class Dashboard(core.Dashboard):
-    """grafanalib's dashboard without the keys the current model removed."""
-
-    def to_json_data(self) -> dict[str, Any]:
-        data = super().to_json_data()
-        for key in _LEGACY_DASHBOARD_KEYS:
-            data.pop(key, None)
-        return data
-
 
 # --- panel builders ---------------------------------------------------------------------------
 
@@ -179,7 +32,7 @@ class Dashboard(core.Dashboard):
 @dataclass(frozen=True)
 class Spec:
     """One of the four dashboards: its uid (also the file stem), title and purpose (the
-    dashboard's description)."""
+    dashboard's description, which generate.py marks as generated)."""
 
     uid: str
     title: str
@@ -204,7 +57,7 @@ SPECS = (OVERVIEW, PHASES, TENANTS, STREAM)
 def target(expr: str, legend: str = "", *, instant: bool = False,
            fmt: str = core.TIME_SERIES_TARGET_FORMAT) -> PromTarget:
     """A query; range queries over the buckets of a family with exemplars show them."""
-    exemplar = not instant and any(f"{name}_bucket" in expr for name in (f.name for f in names.WINDOWED))
+    exemplar = not instant and any(f"{f.name}_bucket" in expr for f in names.WINDOWED)
     return PromTarget(expr=expr, legendFormat=legend, instant=instant, format=fmt,
                       exemplar=exemplar)
 
@@ -270,7 +123,7 @@ class _Queries:
 
     def __init__(self, config: Config):
         self.config = config
-        self.scopes = alerts.scopes(config)
+        self.scopes = promql.scopes(config)
 
     def vars(self, family: names.Family | None = None) -> list[str]:
         """Matchers for $model, $route and, when the family carries it, $tenant.
@@ -287,19 +140,19 @@ class _Queries:
 
     def attainment(self, sli: str, family: names.Family) -> str:
         """Share of calls that met objective `sli` over the selected range, per SLO scope."""
-        ratios = (alerts.sli_good_ratio(sli, s, RANGE, self.vars(family)) for s in self.scopes)
+        ratios = (promql.sli_good_ratio(sli, s, RANGE, self.vars(family)) for s in self.scopes)
         return "\nor\n".join(f"(\n{indent(ratio)}\n)" for ratio in ratios)
 
     def budget_left(self, sli: str, family: names.Family) -> str:
         """1 - (misses / allowed misses) over the selected range, per SLO scope."""
         parts = []
         for s in self.scopes:
-            ratio = alerts.sli_error_ratio(sli, s, RANGE, self.vars(family))
+            ratio = promql.sli_error_ratio(sli, s, RANGE, self.vars(family))
             parts.append(f"1 - (\n{indent(ratio)}\n) / {num(1 - getattr(s.slo, sli).target)}")
         return "\nor\n".join(parts)
 
     def burn(self, sli: str, window: int) -> str:
-        record = alerts.sli_record(window)
+        record = promql.sli_record(window)
         return "\nor\n".join(
             f"{selector(record, [eq('sli', sli), eq('slo', s.id), *self.mr()])} "
             f"/ {num(1 - getattr(s.slo, sli).target)}" for s in self.scopes)
@@ -328,8 +181,8 @@ def overview(config: Config) -> list[core.Panel]:
     budget = [step("red"), step("orange", 0), step("green", 0.25)]
     scope_note = ("Each (model, route) is held to the SLO entry that applies to it "
                   "(thresholds and targets from the config).")
-    burn_steps = [step("green"), step("orange", alerts.PAGE_BURN[1].factor),
-                  step("red", alerts.PAGE_BURN[0].factor)]
+    burn_steps = [step("green"), step("orange", promql.PAGE_BURN[1].factor),
+                  step("red", promql.PAGE_BURN[0].factor)]
     return layout([
         (Row(title="Service level (selected time range)"), 24),
         (stat("TTFT SLO attainment",
@@ -421,15 +274,15 @@ def phases(config: Config) -> list[core.Panel]:
 
 def tenants(config: Config) -> list[core.Panel]:
     q, al = _Queries(config), config.alerting
-    n = alerts.Names.of(al)
+    n = promql.Names.of(al)
     top = al.top_tenants
     tenant_by = (*MODEL_ROUTE, names.TENANT)
-    p99 = eq(names.QUANTILE, alerts.le(0.99))
+    p99 = eq(names.QUANTILE, promql.le(0.99))
     window = f"{num(config.window.seconds)}s"
     other = selector(names.REQUESTS_TOTAL, [eq(names.TENANT, names.OTHER_TENANT), *q.mr()])
     all_calls = _sum(MODEL_ROUTE, _rate(names.REQUESTS_TOTAL, q.mr()))
     degraded = (f"TTFT p99 at least {num(al.tenant_degraded_factor)}× the same tenant's p99 "
-                f"{alerts.duration(al.tenant_baseline_offset_seconds)} earlier")
+                f"{promql.duration(al.tenant_baseline_offset_seconds)} earlier")
     slow = [step("green"), step("red", config.slos[0].ttft.threshold_seconds)]
     return layout([
         (Row(title="Right now"), 24),
@@ -448,7 +301,7 @@ def tenants(config: Config) -> list[core.Panel]:
                     f"Share of a model and route's tenants with {degraded}. One tenant: its "
                     f"own prompts or prompt cache. Most tenants at once: the provider or a "
                     f"noisy neighbour in its batch (alert at "
-                    f"{alerts.percent(al.many_tenants_share)}).",
+                    f"{promql.percent(al.many_tenants_share)}).",
                     [target(selector(n.tenants_degraded_ratio, q.mr()), MR_LEGEND)],
                     "percentunit",
                     thresholds=[step("green"), step("red", al.many_tenants_share)]), 8),
@@ -547,8 +400,7 @@ def dashboard(spec: Spec, config: Config) -> Dashboard:
              for other in SPECS if other is not spec]
     return Dashboard(
         title=spec.title, uid=spec.uid, tags=TAGS, schemaVersion=SCHEMA_VERSION,
-        description=f"{spec.purpose} ({alerts.GENERATED_BY}.)",
-        panels=BUILDERS[spec](config), links=links, editable=True,
+        description=spec.purpose, panels=BUILDERS[spec](config), links=links, editable=True,
         refresh=config.alerting.dashboard_refresh, time=core.Time("now-3h", "now"),
         graphTooltip=core.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
         templating=core.Templating(list=_variables()))

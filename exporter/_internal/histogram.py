@@ -42,7 +42,8 @@ class Layout:
     """Bucket layout shared by every histogram of one family (so each histogram stays small)."""
 
     __slots__ = ("digits", "highest", "half_magnitude", "half_count", "mask", "shift",
-                 "boundaries", "straddles", "full_end")
+                 "boundaries", "straddles", "straddle_index", "full_end", "counts_len",
+                 "_bucket_bounds")
 
     def __init__(self, highest: int, digits: int, boundaries: Sequence[int] = ()):
         if not 1 <= digits <= 3:
@@ -70,6 +71,12 @@ class Layout:
             else:
                 full_end.append(i + 1)
         self.full_end: tuple[int, ...] = tuple(full_end)
+        #: boundary position -> the HDR index it falls inside, for straddling boundaries.
+        self.straddle_index: dict[int, int] = {
+            pos: i for i, poss in self.straddles.items() for pos in poss}
+        #: Length of HdrHistogram's full counts array for this layout.
+        self.counts_len = self.index(self.highest) + 1
+        self._bucket_bounds: tuple[list[int], list[int]] | None = None
 
     def index(self, value: int) -> int:
         """HdrHistogram's counts index for a non-negative integer value."""
@@ -125,10 +132,14 @@ class Layout:
             ends.append(i)
         return Batch(indices, ends, ordered, total)
 
-    @property
-    def counts_len(self) -> int:
-        """Length of HdrHistogram's full counts array for this layout (for conversion)."""
-        return self.index(self.highest) + 1
+    def bucket_bounds(self) -> tuple[list[int], list[int]]:
+        """Per HDR index: the lowest value of its bucket, and the bucket's width - 1 (built once,
+        on first use: the push decoder checks sums against them)."""
+        if self._bucket_bounds is None:
+            lowest = [self.lowest_equivalent(i) for i in range(self.counts_len)]
+            width = [self.highest_equivalent(i) - low for i, low in enumerate(lowest)]
+            self._bucket_bounds = (lowest, width)
+        return self._bucket_bounds
 
 
 class Histogram:
@@ -226,6 +237,19 @@ class Histogram:
         self._counts = array("Q", self._counts)
 
     # --- reading ------------------------------------------------------------------------------
+
+    def stored(self) -> tuple[int, "array[int]"]:
+        """(first stored HDR index, the counts from there on): every bucket outside is empty.
+
+        The array is the histogram's own (read it, do not change it): the codec walks it
+        without a copy.
+        """
+        return self._lo, self._counts
+
+    @property
+    def at_or_below(self) -> dict[int, int]:
+        """Boundary position -> values of its straddling bucket at or under the boundary."""
+        return self._at_or_below or {}
 
     def copy(self) -> "Histogram":
         other = Histogram(self.layout)

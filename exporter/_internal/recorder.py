@@ -2,12 +2,21 @@
 
 Recording happens in the caller's thread at the end of each call: derive the values (outside
 the lock), then one lock acquisition to append them to each series' small pending batch. The
-HDR bucket indexing of a batch (the costly part, ~0.15 µs a value in Python) runs when a scrape
+HDR bucket indexing of a batch (the costly part, ~0.15 µs a value in Python) runs when a reader
 takes the series, or in the caller's thread only once a batch is full or its window slice
 ended. Nothing here raises into the caller; a value or label that cannot be recorded is a
-counted drop (`ttft_exporter_dropped_total`). Scrapes take the lock only to fold the pending
-batches of the changed series and copy their histograms ("lock then swap"), and render
-outside it.
+counted drop (`ttft_exporter_dropped_total`, always counted under the lock).
+
+Readers get snapshots: the renderer takes the changed series with private copies of their
+histograms ("lock then swap") and renders outside the lock, keeping its caches to itself. The
+two process roles beyond the in-process exporter use two store operations: a push worker
+`take()`s everything recorded since its previous take, an aggregator `absorb()`s a validated
+delta. Which role a process plays is decided in runtime.py, not here.
+
+A call can end inside a garbage-collector finaliser (an abandoned stream), which can run on any
+thread at any allocation, including one made while this very thread holds the (non-reentrant)
+lock. Such a call, or drop, is queued and recorded by whoever takes the lock next, a scrape
+included, so nothing waits for the next call.
 
 Memory bound (docs/metrics.md): every series holds at most `counts_len × 8` bytes of counters
 (32-bit until a bucket passes 4e9), in practice the span of octaves its values cover × 128 × 4
@@ -19,33 +28,36 @@ HDR counters. The number of series is capped by `labels.max_series`; tenants by
 from __future__ import annotations
 
 import threading
-import time
 from array import array
 from bisect import bisect_left
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections import deque
+from typing import Iterable, NamedTuple, Union
 
-from . import names
+from . import exemplar, names
+from .clock import SYSTEM, Clock
 from .config import Config
+from .exemplar import Exemplar
 from .guard import LabelGuard
-from .histogram import RAW_SLICE_MAX, Histogram, Layout, WindowPart
+from .hdr_codec import Sparse
+from .histogram import RAW_SLICE_MAX, Batch, Histogram, WindowPart
+from .schema import FamilySchema, Schema
 from .timeline import CallTimeline, Derived, derive
 
 US_PER_SECOND = names.US_PER_SECOND
 
-#: (trace id, value in the family's unit, Unix time) of the latest traced call in a bucket.
-Exemplar = tuple[str, float, float]
-
-
 #: Values a series holds before it folds them into its histogram in the caller's thread.
 PENDING_MAX = 64
 
+#: A histogram to add to a series: a local one, or one received from a worker.
+Addable = Union[Histogram, Sparse]
+#: (model, provider, route): the key of the in-flight gauge.
+InFlightKey = tuple[str, str, str]
+
 
 class Series:
-    """One histogram series: cumulative counts, window slices, and its cached exposition text."""
+    """One histogram series: its cumulative counts, window slices and latest exemplars."""
 
-    __slots__ = ("state", "values", "hist", "slices", "pending", "pending_slice", "exemplars",
-                 "label_text", "text", "openmetrics_text", "window_text", "window_key")
+    __slots__ = ("state", "values", "hist", "slices", "pending", "pending_slice", "exemplars")
 
     def __init__(self, state: "FamilyState", values: tuple[str, ...]):
         self.state = state
@@ -58,13 +70,6 @@ class Series:
         self.pending_slice = 0
         #: `le` bucket position (len(boundaries) = +Inf) -> latest exemplar; None until traced.
         self.exemplars: dict[int, Exemplar] | None = None
-        #: Exposition caches, owned by the renderer: sorted label pairs, lines (OpenMetrics
-        #: lines differ only when the series has exemplars), window lines.
-        self.label_text = ""
-        self.text = ""
-        self.openmetrics_text = ""
-        self.window_text = ""
-        self.window_key = -1
 
     def fold(self, keep_slices: int) -> None:
         """Move the pending values into the histogram and their window slice (under the lock)."""
@@ -75,32 +80,58 @@ class Series:
         batch = self.state.layout.bucketize(pending)
         self.hist.record_batch(batch)
         if self.state.windowed:
-            slices = self.slices
-            if slices is None:
-                slices = self.slices = []
-            if not slices or slices[-1][0] != self.pending_slice:
-                slices.append((self.pending_slice, array("q")))
-                del slices[:-keep_slices]
-            part = slices[-1][1]
-            if isinstance(part, Histogram):
-                part.record_batch(batch)
-            else:
-                part.extend(pending)
-                if len(part) > RAW_SLICE_MAX:
-                    busy = Histogram(self.state.layout)
-                    busy.record_many(part)
-                    slices[-1] = (self.pending_slice, busy)
+            self._add_to_window(self.pending_slice, keep_slices, pending, batch)
+
+    def add(self, hist: Addable, slice_id: int | None, keep_slices: int) -> None:
+        """Add a histogram's counts; with a `slice_id`, to that window slice too."""
+        if self.pending:
+            self.fold(keep_slices)
+        hist.add_to(self.hist) if isinstance(hist, Sparse) else self.hist.add(hist)
+        if slice_id is not None and self.state.windowed:
+            self._add_to_window(slice_id, keep_slices, None, hist)
+
+    def _add_to_window(self, slice_id: int, keep: int, raw: list[int] | None,
+                       counted: Batch | Addable) -> None:
+        """Add values to window slice `slice_id` (opened if it is new, the oldest dropped).
+
+        A slice holds raw values until it has RAW_SLICE_MAX, then an HDR histogram: `raw` are
+        the values themselves when known (a local batch), `counted` their counts.
+        """
+        slices = self.slices
+        if slices is None:
+            slices = self.slices = []
+        if not slices or slices[-1][0] < slice_id:
+            slices.append((slice_id, array("q")))
+            del slices[:-keep]
+        sid, part = slices[-1]
+        if not isinstance(part, Histogram):
+            if raw is not None and len(part) + len(raw) <= RAW_SLICE_MAX:
+                part.extend(raw)
+                return
+            values, part = part, Histogram(self.state.layout)
+            part.record_many(values)
+            slices[-1] = (sid, part)
+        if isinstance(counted, Batch):
+            part.record_batch(counted)
+        elif isinstance(counted, Sparse):
+            counted.add_to(part)
+        else:
+            part.add(counted)
 
 
-@dataclass
 class FamilyState:
-    family: names.Family
-    layout: Layout
-    #: Label names of the series key, sorted (the order Prometheus text uses).
-    label_names: tuple[str, ...]
-    has_tenant: bool
-    windowed: bool
-    series: dict[tuple[str, ...], Series] = field(default_factory=dict)
+    """One family's schema and its series, keyed by label values in `label_names` order."""
+
+    __slots__ = ("schema", "family", "layout", "label_names", "has_tenant", "windowed", "series")
+
+    def __init__(self, schema: FamilySchema):
+        self.schema = schema
+        self.family = schema.family
+        self.layout = schema.layout
+        self.label_names = schema.label_names
+        self.has_tenant = schema.has_tenant
+        self.windowed = schema.windowed
+        self.series: dict[tuple[str, ...], Series] = {}
 
 
 class Counters(NamedTuple):
@@ -113,63 +144,152 @@ class Counters(NamedTuple):
     series: int
 
 
+class Taken(NamedTuple):
+    """Everything recorded since the previous `take()` (a push worker's delta)."""
+
+    histograms: dict[tuple[str, tuple[str, ...]], Histogram]
+    exemplars: dict[tuple[str, tuple[str, ...]], dict[int, Exemplar]]
+    requests: dict[tuple[str, str, str, str, str], int]
+    in_flight: dict[tuple[str, str, str], int]  # current values: a gauge
+    folds: dict[tuple[str, str], int]
+    drops: dict[str, int]
+
+
+#: A call (or drop) queued because its thread held the lock: (timeline, in-flight key,
+#: derived) or a drop reason.
+_Deferred = Union[tuple[CallTimeline, Union[InFlightKey, None], Derived], str]
+
+
+class _Held:
+    """`with recorder._held:` for the readers (which a finaliser never re-enters)."""
+
+    __slots__ = ("recorder",)
+
+    def __init__(self, recorder: "Recorder"):
+        self.recorder = recorder
+
+    def __enter__(self) -> None:
+        if not self.recorder._acquire():
+            raise RuntimeError("the recorder's lock was re-entered by a reader")
+
+    def __exit__(self, *exc: object) -> None:
+        self.recorder._release()
+
+
 class Recorder:
     """All metric state of one process (or, in the aggregator, of all pushing workers)."""
 
-    def __init__(self, config: Config | None = None):
+    def __init__(self, config: Config | None = None, clock: Clock = SYSTEM):
         self.config = config = config or Config()
+        self.clock = clock
+        self.schema = Schema(config)
         self._lock = threading.Lock()
+        self._owner: int | None = None  # thread id holding the lock
+        self._deferred: deque[_Deferred] = deque()
+        self._held = _Held(self)
         self.guard = LabelGuard(config.labels)
-        digits = config.histograms.significant_digits
-        seconds_layout = Layout(int(config.histograms.max_seconds * US_PER_SECOND), digits,
-                                [round(b * US_PER_SECOND) for b in config.seconds_buckets()])
-        tokens_layout = Layout(config.histograms.max_tokens, digits,
-                               [int(b) for b in config.histograms.token_buckets])
-        self.families: dict[str, FamilyState] = {}
-        for fam in names.HISTOGRAMS:
-            has_tenant = config.family_has_tenant(fam)
-            label_names = [names.MODEL, names.PROVIDER, names.ROUTE]
-            if has_tenant:
-                label_names.append(names.TENANT)
-            if fam.extra_label:
-                label_names.append(fam.extra_label)
-            self.families[fam.name] = FamilyState(
-                fam, seconds_layout if fam.unit == "seconds" else tokens_layout,
-                tuple(sorted(label_names)), has_tenant, fam.windowed)
+        self.families: dict[str, FamilyState] = {
+            name: FamilyState(spec) for name, spec in self.schema.families.items()}
+        self._keep = config.window.slices
         self.slice_ns = int(config.window.seconds / config.window.slices * 1e9)
         self.series_count = 0
         self.requests: dict[tuple[str, str, str, str, str], int] = {}  # model,outcome,prov,route,ten
-        self.in_flight: dict[tuple[str, str, str], int] = {}  # model, provider, route
+        self.in_flight: dict[InFlightKey, int] = {}  # model, provider, route
         self.drops: dict[str, int] = {reason: 0 for reason in names.DROP_REASONS}
-        self.last_scrape_seconds = 0.0
         self._dirty: set[Series] = set()
+
+    # --- the lock -----------------------------------------------------------------------------
+
+    def _acquire(self) -> bool:
+        """Take the lock, or return False when this thread already holds it (a finaliser ran
+        inside our own locked section: the caller defers its work instead of deadlocking)."""
+        me = threading.get_ident()
+        if self._owner == me:
+            return False
+        self._lock.acquire()
+        self._owner = me
+        if self._deferred:
+            self._run_deferred()
+        return True
+
+    def _release(self) -> None:
+        if self._deferred:  # queued by a finaliser while we held the lock
+            self._run_deferred()
+        self._owner = None
+        self._lock.release()
+
+    def _run_deferred(self) -> None:
+        while self._deferred:
+            try:
+                item = self._deferred.popleft()
+            except IndexError:
+                return
+            if isinstance(item, str):
+                self.drops[item] = self.drops.get(item, 0) + 1
+                continue
+            t, key, derived = item
+            try:
+                self._finish_locked(t, key, derived)
+            except Exception:
+                self.drops[names.DROP_INTERNAL] += 1
+
+    def reset_lock_after_fork(self) -> None:
+        """In a forked child: a lock another thread held at fork time is never released."""
+        self._lock = threading.Lock()
+        self._owner = None
 
     # --- recording (caller's thread; never raises) -----------------------------------------
 
-    def started(self, model: str, provider: str, route: str) -> tuple[str, str, str]:
+    def started(self, model: str, provider: str, route: str) -> InFlightKey:
         """Count a call in flight; returns the key to pass back to `record_call`."""
         try:
-            with self._lock:
-                key = (self.guard.clean(model), self.guard.clean(provider),
-                       self.guard.clean(route))
+            if not self._acquire():
+                return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
+            try:
+                guard = self.guard
+                key = (guard.clean(model), guard.clean(provider), guard.clean(route))
                 self.in_flight[key] = self.in_flight.get(key, 0) + 1
                 return key
+            finally:
+                self._release()
         except Exception:
-            self.drops[names.DROP_INTERNAL] += 1
+            self.count_drop(names.DROP_INTERNAL)
             return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
 
-    def record_call(self, t: CallTimeline, in_flight_key: tuple[str, str, str] | None = None,
+    def record_call(self, t: CallTimeline, in_flight_key: InFlightKey | None = None,
                     derived: Derived | None = None) -> None:
         """Record every metric of one finished call (`derived`: `derive(t)`, if already done)."""
         try:
             if derived is None:
                 derived = derive(t)
-            with self._lock:
-                if in_flight_key is not None and self.in_flight.get(in_flight_key, 0) > 0:
-                    self.in_flight[in_flight_key] -= 1
-                self._record_locked(t, derived)
+            if not self._acquire():
+                self._deferred.append((t, in_flight_key, derived))
+                return
+            try:
+                self._finish_locked(t, in_flight_key, derived)
+            finally:
+                self._release()
         except Exception:
-            self.drops[names.DROP_INTERNAL] += 1
+            self.count_drop(names.DROP_INTERNAL)
+
+    def count_drop(self, reason: str) -> None:
+        """Count one value, series or call not recorded (never raises, never deadlocks)."""
+        try:
+            if not self._acquire():
+                self._deferred.append(reason)
+                return
+            try:
+                self.drops[reason] = self.drops.get(reason, 0) + 1
+            finally:
+                self._release()
+        except Exception:  # pragma: no cover - the lock itself is broken
+            pass
+
+    def _finish_locked(self, t: CallTimeline, in_flight_key: InFlightKey | None,
+                       d: Derived) -> None:
+        if in_flight_key is not None and self.in_flight.get(in_flight_key, 0) > 0:
+            self.in_flight[in_flight_key] -= 1
+        self._record_locked(t, d)
 
     def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
@@ -179,7 +299,8 @@ class Recorder:
         outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
         key = (model, outcome, provider, route, tenant)
         self.requests[key] = self.requests.get(key, 0) + 1
-        slice_id = (t.end if t.end is not None else time.perf_counter_ns()) // self.slice_ns
+        end = t.end if t.end is not None else self.clock.monotonic_ns()
+        slice_id = end // self.slice_ns
         base = (model, provider, route)
         with_tenant = (model, provider, route, tenant)
         observe = self._observe
@@ -200,7 +321,7 @@ class Recorder:
             series = self._series(state, with_tenant if state.has_tenant else base)
             if series is not None:
                 series.pending.extend(d.gaps)
-                series.fold(self.config.window.slices)
+                series.fold(self._keep)
         state = self.families[names.PHASE_FAMILY.name]
         for phase, value in d.phases.items():
             # label order (model, phase, provider, route[, tenant]) is the sorted order
@@ -223,22 +344,21 @@ class Recorder:
             self._dirty.add(series)
         if slice_id > series.pending_slice:
             # (a call that ended just before a newer one took the lock joins the newer slice)
-            series.fold(self.config.window.slices)
+            series.fold(self._keep)
             series.pending_slice = slice_id
         series.pending.append(value)
         if len(series.pending) >= PENDING_MAX:
-            series.fold(self.config.window.slices)
+            series.fold(self._keep)
         return series
 
-    @staticmethod
-    def _exemplar(series: Series, value: int, trace_id: str) -> None:
+    def _exemplar(self, series: Series, value: int, trace_id: str) -> None:
         """Keep the call's trace id as the exemplar of the `le` bucket its value falls in."""
         layout = series.state.layout
         position = bisect_left(layout.boundaries, min(value, layout.highest))
-        scaled = series.state.family.to_unit(value)
         if series.exemplars is None:
             series.exemplars = {}
-        series.exemplars[position] = (trace_id, scaled, time.time())
+        series.exemplars[position] = (trace_id, series.state.family.to_unit(value),
+                                      self.clock.time())
 
     def _series(self, state: FamilyState, values: tuple[str, ...]) -> Series | None:
         series = state.series.get(values)
@@ -251,70 +371,71 @@ class Recorder:
         self._dirty.add(series)
         return series
 
-    # --- reading (scrape thread) ---------------------------------------------------------------
+    # --- reading (scrapes: snapshots taken under the lock, used outside it) ---------------------
 
-    def swap_dirty(self) -> tuple[list[tuple[Series, Histogram, dict[int, Exemplar] | None]],
-                                  int]:
-        """Under the lock: take the changed series with a private copy of their histograms.
+    def current_slice(self) -> int:
+        """Id of the window slice now (slices are `window.seconds / window.slices` long)."""
+        return self.clock.monotonic_ns() // self.slice_ns
 
-        Returns those and the current window slice id; rendering then runs without the lock.
-        """
-        keep = self.config.window.slices
-        with self._lock:
+    def take_changed(self) -> tuple[list[tuple[Series, Histogram, dict[int, Exemplar] | None]],
+                                    int]:
+        """The series changed since the previous call, each with a private copy of its
+        histogram and exemplars, and the current window slice id."""
+        with self._held:
             dirty, self._dirty = self._dirty, set()
             taken = []
             for series in dirty:
-                series.fold(keep)
+                series.fold(self._keep)
                 exemplars = dict(series.exemplars) if series.exemplars else None
                 taken.append((series, series.hist.copy(), exemplars))
-            return taken, time.perf_counter_ns() // self.slice_ns
+            return taken, self.current_slice()
 
     def window_slices(self, series: Series, current_slice: int) -> list[WindowPart]:
-        """Copies of the live window slices of a series (under the lock)."""
-        keep = self.config.window.slices
-        oldest = current_slice - keep
-        with self._lock:
-            series.fold(keep)
+        """Copies of the live window slices of a series."""
+        oldest = current_slice - self._keep
+        with self._held:
+            series.fold(self._keep)
             return [part.copy() if isinstance(part, Histogram) else array("q", part)
                     for sid, part in (series.slices or ()) if sid > oldest]
 
-    def folded_copies(self, state: FamilyState) -> list[tuple[Series, Histogram]]:
-        """Every series of a family with a copy of its up-to-date histogram (under the lock)."""
-        return [(series, hist) for series, hist, _ in self.snapshot(state)]
-
     def snapshot(self, state: FamilyState
                  ) -> list[tuple[Series, Histogram, dict[int, Exemplar] | None]]:
-        """Every series of a family with copies of its histogram and exemplars (under the lock)."""
-        keep = self.config.window.slices
-        with self._lock:
+        """Every series of a family with copies of its histogram and exemplars."""
+        return self.snapshot_of(state.series.values())
+
+    def snapshot_of(self, series_list: Iterable[Series]
+                    ) -> list[tuple[Series, Histogram, dict[int, Exemplar] | None]]:
+        """These series with copies of their histograms and exemplars."""
+        with self._held:
             out = []
-            for series in state.series.values():
-                series.fold(keep)
+            for series in list(series_list):
+                series.fold(self._keep)
                 out.append((series, series.hist.copy(),
                             dict(series.exemplars) if series.exemplars else None))
             return out
 
+    def folded_copies(self, state: FamilyState) -> list[tuple[Series, Histogram]]:
+        """Every series of a family with a copy of its up-to-date histogram."""
+        return [(series, hist) for series, hist, _ in self.snapshot(state)]
+
     def counters(self) -> Counters:
-        """Copies of the counters and gauges, taken under the lock."""
-        with self._lock:
+        """Copies of the counters and gauges."""
+        with self._held:
             drops = dict(self.drops)
             drops[names.DROP_BAD_LABEL] += self.guard.bad_labels
             return Counters(dict(self.requests), dict(self.in_flight), drops,
                             dict(self.guard.folds), self.series_count)
 
-    # --- multi-process push: worker drain, aggregator merge (exporter/push.py, aggregator.py) ----
+    # --- the store operations of the other process roles ----------------------------------------
 
-    def drain(self):  # -> push.Delta
-        """Worker side: take everything recorded since the previous drain, leaving zeros.
+    def take(self) -> Taken:
+        """Push worker: everything recorded since the previous take, leaving zeros.
 
-        In push mode this recorder is a delta store (scrape the aggregator, not the worker). The
-        lock is held only for pointer swaps: each changed series gets a fresh histogram and the
-        taken one, with its pending batch, is folded afterwards on the caller's (the flusher's)
-        thread. The worker keeps no window slices: the aggregator windows what it receives.
+        The lock is held only for pointer swaps: each changed series gets a fresh histogram and
+        the taken one, with its pending batch, is folded afterwards on the caller's (the push
+        flusher's) thread. No window is kept: the aggregator windows what it receives.
         """
-        from .push import Delta
-
-        with self._lock:
+        with self._held:
             dirty, self._dirty = self._dirty, set()
             taken = []
             for series in dirty:
@@ -327,87 +448,64 @@ class Recorder:
                 series.slices = None
             requests, self.requests = self.requests, {}
             in_flight = {key: n for key, n in self.in_flight.items() if n}
-            dropped = {reason: n for reason, n in self.drops.items() if n}
-            for reason in dropped:
+            drops = {reason: n for reason, n in self.drops.items() if n}
+            for reason in drops:
                 self.drops[reason] = 0
             folds, self.guard.folds = self.guard.folds, {}
             bad_labels, self.guard.bad_labels = self.guard.bad_labels, 0
         if bad_labels:
-            dropped[names.DROP_BAD_LABEL] = dropped.get(names.DROP_BAD_LABEL, 0) + bad_labels
-        delta = Delta(requests=requests, in_flight=in_flight, tenant_folds=folds,
-                      dropped=dropped)
+            drops[names.DROP_BAD_LABEL] = drops.get(names.DROP_BAD_LABEL, 0) + bad_labels
+        histograms: dict[tuple[str, tuple[str, ...]], Histogram] = {}
+        exemplars_by_key: dict[tuple[str, tuple[str, ...]], dict[int, Exemplar]] = {}
         for series, hist, pending, exemplars in taken:
             hist.record_many(pending)
             key = (series.state.family.name, series.values)
-            delta.histograms[key] = hist
+            histograms[key] = hist
             if exemplars:
-                delta.exemplars[key] = exemplars
-        return delta
+                exemplars_by_key[key] = exemplars
+        return Taken(histograms, exemplars_by_key, requests, in_flight, folds, drops)
 
-    def merge(self, delta, window: bool = True) -> None:  # delta: push.Delta
-        """Aggregator side: add a validated delta exactly (HDR add, straddles, sums, counters).
+    def absorb(self, histograms: dict[tuple[str, tuple[str, ...]], Addable],
+               exemplars: dict[tuple[str, tuple[str, ...]], dict[int, Exemplar]],
+               requests: dict[tuple[str, ...], int], folds: dict[tuple[str, ...], int],
+               drops: dict[str, int], window: bool = True) -> None:
+        """Aggregator: add validated counts exactly (HDR add, straddles, sums, counters).
 
-        With `window`, the histograms also feed the current window slice (receive time). Gauges
-        are not touched here: the aggregator sums each worker's latest (`replace_in_flight`).
+        With `window`, the histograms also feed the current window slice (receive time).
         Series and counter rows beyond `labels.max_series` are dropped and counted.
         """
-        keep = self.config.window.slices
-        slice_id = time.perf_counter_ns() // self.slice_ns
-        with self._lock:
-            dirty = self._dirty
-            for (name, values), hist in delta.histograms.items():
+        slice_id = self.current_slice() if window else None
+        with self._held:
+            for (name, values), hist in histograms.items():
                 state = self.families[name]
-                series = state.series.get(values)
+                series = self._series(state, values)
                 if series is None:
-                    series = self._series(state, values)
-                    if series is None:
-                        continue
-                else:
-                    dirty.add(series)
-                if series.pending:
-                    series.fold(keep)
-                # a received histogram (push.Sparse) adds itself, bucket by non-empty bucket
-                add_to = getattr(hist, "add_to", None)
-                if add_to is None:
-                    add_to = (lambda target, h=hist: target.add(h))
-                add_to(series.hist)
-                if window and state.windowed:
-                    slices = series.slices
-                    if slices is None:
-                        slices = series.slices = []
-                    if not slices or slices[-1][0] < slice_id:
-                        slices.append((slice_id, Histogram(state.layout)))
-                        del slices[:-keep]
-                    part = slices[-1][1]
-                    if not isinstance(part, Histogram):  # raw values: make it a histogram
-                        raw, part = part, Histogram(state.layout)
-                        part.record_many(raw)
-                        slices[-1] = (slices[-1][0], part)
-                    add_to(part)
-                exemplars = delta.exemplars.get((name, values)) if delta.exemplars else None
-                if exemplars:
-                    mine = series.exemplars
-                    if mine is None:
-                        mine = series.exemplars = {}
-                    for position, exemplar in exemplars.items():
-                        if position not in mine or mine[position][2] <= exemplar[2]:
-                            mine[position] = exemplar
-            requests = self.requests
-            for key, n in delta.requests.items():
-                if key in requests:
-                    requests[key] += n
-                elif len(requests) < self.config.labels.max_series:
-                    requests[key] = n
-                else:
-                    self.drops[names.DROP_SERIES_LIMIT] += 1
-            folds = self.guard.folds
-            for key, n in delta.tenant_folds.items():
-                if key in folds or len(folds) < self.config.labels.max_series:
-                    folds[key] = folds.get(key, 0) + n
-            for reason, n in delta.dropped.items():
+                    continue
+                series.add(hist, slice_id, self._keep)
+                theirs = exemplars.get((name, values)) if exemplars else None
+                if theirs:
+                    if series.exemplars is None:
+                        series.exemplars = {}
+                    exemplar.merge(series.exemplars, theirs)
+            limit = self.config.labels.max_series
+            self._add_rows(self.requests, requests, limit)  # type: ignore[arg-type]
+            self._add_rows(self.guard.folds, folds, limit, count=False)  # type: ignore[arg-type]
+            for reason, n in drops.items():
                 self.drops[reason] = self.drops.get(reason, 0) + n
 
-    def replace_in_flight(self, totals: dict[tuple[str, str, str], int]) -> None:
-        """Aggregator side: the in-flight gauge is the sum of the live workers' latest values."""
-        with self._lock:
+    def _add_rows(self, into: dict[tuple[str, ...], int],
+                  rows: Iterable[tuple[tuple[str, ...], int]] | dict[tuple[str, ...], int],
+                  limit: int, count: bool = True) -> None:
+        """Add counter rows; a new row past `limit` rows is dropped (and counted, if `count`)."""
+        for key, n in (rows.items() if isinstance(rows, dict) else rows):
+            if key in into:
+                into[key] += n
+            elif len(into) < limit:
+                into[key] = n
+            elif count:
+                self.drops[names.DROP_SERIES_LIMIT] += 1
+
+    def set_in_flight(self, totals: dict[InFlightKey, int]) -> None:
+        """Aggregator: the in-flight gauge is the sum of the live workers' latest values."""
+        with self._held:
             self.in_flight = dict(totals)

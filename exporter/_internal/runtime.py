@@ -1,20 +1,47 @@
-"""The process-wide state behind the public API: one config, one recorder, one renderer.
+"""The process-wide state behind the public API, and the one place a process's role is chosen.
 
-`configure()` swaps all three at once, so a scrape or a call in flight sees either the old or
-the new state, never a mix; calls that started before the swap record into the old recorder.
+A process plays one of three roles, decided here and nowhere else (as prometheus_client chooses
+its value class once):
+
+* **in-process** (the default): calls are recorded here and served by this process's /metrics;
+* **push worker**: a push URL is set (`push_url`, or the env var TTFT_EXPORTER_PUSH_URL), so
+  the recorder is a delta store whose content a flusher thread pushes to an aggregator;
+* **aggregator**: `ttft-exporter serve` (`become_aggregator()`), which merges workers' pushes
+  into its recorder and never pushes itself.
+
+`configure()` swaps config, recorder and renderer at once, so a scrape or a call in flight sees
+either the old or the new state, never a mix; calls that started before the swap record into
+the old recorder. Starting, following or retiring the push flusher happens after the swap,
+outside the state lock, and never waits on the network (a retired flusher makes its last push
+on its own thread). At exit a pushing process makes its last push; after fork() a pushing child
+starts afresh (new recorder, worker id and flusher: the parent's data is the parent's to push),
+and any child gets fresh locks (a lock another thread held at fork time is never released).
 """
 
 from __future__ import annotations
 
+import atexit
+import enum
+import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import config as config_module
+from . import config as config_module, names
 from .config import Config
-from .exposition import Renderer
+from .exposition import ExtraFamilies, Renderer
+from .push import Flusher, push_url
 from .recorder import Recorder
+
+log = logging.getLogger("exporter.runtime")
+
+
+class Role(enum.Enum):
+    IN_PROCESS = "in-process"
+    PUSH_WORKER = "push worker"
+    AGGREGATOR = "aggregator"
 
 
 @dataclass(frozen=True)
@@ -22,49 +49,175 @@ class State:
     config: Config
     recorder: Recorder
     renderer: Renderer
+    role: Role
+
+
+_lock = threading.Lock()  # guards _state
+_wiring = threading.Lock()  # guards _flusher and _retiring; never taken by recording threads
+_state: State | None = None
+_aggregator = False
+_extra: ExtraFamilies | None = None
+_flusher: Flusher | None = None
+_retiring: list[Flusher] = []
+
+
+def _role_for(config: Config) -> Role:
+    if _aggregator:
+        return Role.AGGREGATOR
+    return Role.PUSH_WORKER if push_url(config) else Role.IN_PROCESS
 
 
 def _new_state(config: Config) -> State:
     recorder = Recorder(config)
-    return State(config, recorder, Renderer(recorder))
-
-
-_lock = threading.Lock()
-_state: State | None = None
+    return State(config, recorder, Renderer(recorder, _extra), _role_for(config))
 
 
 def state() -> State:
     """The current state, created with the defaults on first use."""
-    global _state
     current = _state
     if current is None:
-        with _lock:
-            if _state is None:
-                _state = _new_state(Config())
-            current = _state
+        return _install(Config())
     return current
-
-
-def _fresh_locks_after_fork() -> None:
-    """In a forked child only the forking thread survives: a lock another thread held at fork
-    time would never be released. The child keeps the data (as prometheus_client does) with new
-    locks; push mode additionally starts the child afresh (push.py)."""
-    global _lock
-    _lock = threading.Lock()
-    current = _state
-    if current is not None:
-        current.recorder._lock = threading.Lock()
-        current.renderer._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def configure(source: str | os.PathLike[str] | Mapping[str, Any] | Config | None = None
               ) -> Config:
     """Load and validate a config (raises ConfigError on a mistake), then use it from now on."""
     config = source if isinstance(source, Config) else config_module.load(source)
+    _install(config, replace=True)
+    return config
+
+
+def become_aggregator(config: Config, recorder: Recorder, self_metrics: ExtraFamilies
+                      ) -> State:
+    """This process is `ttft-exporter serve`: it serves `recorder`, into which the aggregator
+    merges the workers' pushes (and `self_metrics`, rendered after the recorder's families),
+    and never pushes itself."""
+    global _aggregator, _extra, _state
+    _aggregator, _extra = True, self_metrics
+    with _lock:
+        new = _state = State(config, recorder, Renderer(recorder, self_metrics),
+                             Role.AGGREGATOR)
+    _wire_push(new)
+    return new
+
+
+def _install(config: Config, replace: bool = False) -> State:
     global _state
     with _lock:
-        _state = _new_state(config)
-    return config
+        if _state is not None and not replace:
+            return _state
+        new = _state = _new_state(config)
+    _wire_push(new)
+    return new
+
+
+def _wire_push(new: State) -> None:
+    """Start, follow or retire the flusher for the state just installed (no network waits)."""
+    global _flusher
+    url = push_url(new.config) if new.role is Role.PUSH_WORKER else ""
+    with _wiring:
+        if _state is not new:  # a later configure() won the race; it wires itself
+            return
+        current = _flusher
+        if current is not None and url and current.url == url and \
+                current.config.push == new.config.push:
+            current.follow(new.recorder)
+            return
+        _flusher = None
+        if current is not None:
+            current.retire()
+            _retiring.append(current)
+        if not url:
+            return
+        try:
+            _flusher = Flusher(url, new.config, new.recorder).start()
+        except ValueError as e:
+            log.warning("ttft-exporter push: %s; not pushing", e)
+            return
+    _last_push_in_multiprocessing_children()
+
+
+def count_drop(reason: str = names.DROP_INTERNAL) -> None:
+    """One internal failure outside any call (a hook, a middleware): counted, never raised."""
+    try:
+        state().recorder.count_drop(reason)
+    except Exception:  # pragma: no cover - the state itself cannot be built
+        pass
+
+
+def current_flusher() -> Flusher | None:
+    """The running flusher, if this process is a push worker (tests, diagnostics)."""
+    return _flusher
+
+
+def stop_pushing(timeout: float | None = None) -> None:
+    """Make the last push and wait for it (at exit): every flusher, retiring ones included."""
+    global _flusher
+    with _wiring:
+        flushers = ([_flusher] if _flusher is not None else []) + _retiring
+        _flusher = None
+        _retiring.clear()
+    for flusher in flushers:
+        try:
+            flusher.close(timeout)
+        except Exception:
+            log.exception("ttft-exporter push: final push failed")
+
+
+_finalizer_pid = 0
+
+
+class _ForkToken:
+    """Kept alive for multiprocessing's after-fork registry (it holds its keys weakly)."""
+
+
+_FORK_TOKEN = _ForkToken()
+
+
+def _last_push_in_multiprocessing_children() -> None:
+    """multiprocessing children leave through os._exit, so atexit never runs there: the last
+    push is also registered with multiprocessing's exit hook, which a child's bootstrap runs.
+
+    The bootstrap of a forked child first empties the finalizers it inherited, then runs the
+    after-fork callbacks: the hook is registered again from one of those."""
+    global _finalizer_pid
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is None:
+        return
+    if _finalizer_pid != os.getpid():
+        _finalizer_pid = os.getpid()
+        mp_util.Finalize(None, stop_pushing, exitpriority=100)
+    mp_util.register_after_fork(_FORK_TOKEN, _register_again_in_child)
+
+
+def _register_again_in_child(_token: _ForkToken) -> None:
+    global _finalizer_pid
+    if _flusher is not None:
+        _finalizer_pid = 0
+        _last_push_in_multiprocessing_children()
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _wiring, _flusher
+    _lock, _wiring = threading.Lock(), threading.Lock()
+    current = _state
+    if current is None:
+        return
+    current.recorder.reset_lock_after_fork()
+    current.renderer.reset_lock_after_fork()
+    inherited, _flusher = _flusher, None
+    for flusher in _retiring:
+        flusher.abandon()
+    _retiring.clear()
+    if inherited is None:
+        return
+    inherited.abandon()
+    try:
+        _install(current.config, replace=True)  # a fresh recorder, and a flusher for it
+    except Exception:
+        log.exception("ttft-exporter push: could not restart after fork")
+
+
+atexit.register(stop_pushing)
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -3,25 +3,26 @@
 Content negotiation follows Prometheus: OpenMetrics when the scraper's Accept header asks for
 it (Prometheus 2.x does by default), the 0.0.4 text format otherwise; gzip when accepted.
 Rendering runs on the server's own thread so a scrape never runs on the caller's threads.
-With an `Aggregator` (`ttft-exporter serve`) the app also takes worker pushes on `/push`, serves
-the aggregator's self-metrics, and can require auth on `/metrics` (never on `/healthz`: probes).
+With an `Aggregator` (`ttft-exporter serve`) the app also takes worker pushes on `/push` and can
+require auth on `/metrics` (never on `/healthz`: probes); the renderer serves the aggregator's
+self-metrics with the rest.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import signal
-import socket
 import ssl
 import threading
 from typing import TYPE_CHECKING, Callable
 
 from aiohttp import web
 
-from . import push  # noqa: F401  (installs the worker push hook: push follows configure())
 from . import runtime
-from .exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Renderer
+from .exposition import Renderer
+from .http_thread import HttpThread
+from .textformat import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+from .wire import PUSH_PATH
 
 if TYPE_CHECKING:
     from .aggregator import Aggregator
@@ -54,9 +55,6 @@ def create_app(renderer: Callable[[], Renderer] | None = None,
                 "WWW-Authenticate": aggregator.metrics_challenge()})
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         body = get_renderer().render(openmetrics)
-        if aggregator is not None:  # its self-metrics go before OpenMetrics' "# EOF"
-            extra = aggregator.render(openmetrics)
-            body = body[:-6] + extra + body[-6:] if openmetrics else body + extra
         headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else
                    TEXT_CONTENT_TYPE}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
@@ -71,71 +69,22 @@ def create_app(renderer: Callable[[], Renderer] | None = None,
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     if aggregator is not None:
-        app.router.add_post(push.PUSH_PATH, aggregator.handle_push)
+        app.router.add_post(PUSH_PATH, aggregator.handle_push)
         app.cleanup_ctx.append(aggregator.background)
     return app
 
 
-class ExporterServer:
+class ExporterServer(HttpThread):
     """The exporter app running on its own event loop in a daemon thread."""
 
     def __init__(self, app: web.Application, addr: str, port: int,
-                 ssl_context: ssl.SSLContext | None = None):
-        self._app = app
-        self._ssl = ssl_context
-        self._addr = addr
-        self._requested_port = port
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="ttft-exporter-http", daemon=True)
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        super().__init__(app, addr, port, name="ttft-exporter-http", ssl_context=ssl_context)
 
     @property
     def url(self) -> str:
-        host = f"[{self._addr}]" if ":" in self._addr else self._addr
-        return f"{'https' if self._ssl else 'http'}://{host}:{self.port}/metrics"
-
-    def start(self) -> "ExporterServer":
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._serve())
-        except BaseException as e:  # reported to start(); the thread must not die silently
-            self._error = e
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.close()
-
-    async def _serve(self) -> None:
-        self._runner = web.AppRunner(self._app, access_log=None)
-        await self._runner.setup()
-        family = socket.AF_INET6 if ":" in self._addr else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._addr, self._requested_port))
-        site = web.SockSite(self._runner, sock, ssl_context=self._ssl)
-        await site.start()
-        self.port = sock.getsockname()[1]
-
-    def stop(self) -> None:
-        """Stop serving and end the thread (tests; the daemon thread also dies with the process)."""
-        async def shutdown() -> None:
-            if self._runner is not None:
-                await self._runner.cleanup()
-            self._loop.stop()
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
-            self._thread.join(timeout=5)
+        """The `/metrics` URL."""
+        return self.base_url + "/metrics"
 
 
 def start_http_server(port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR) -> ExporterServer:

@@ -18,9 +18,8 @@ from typing import Any
 
 import aiohttp
 
-import exporter
-from ..shim import instrument as _instrument
-
+from ..shim.context import labels
+from ..shim.instrument import instrument, instrumented, uninstrument
 from .provider import INPUT_TOKENS_HEADER, TENANT_HEADER
 
 #: model -> share of the calls: mostly the fast model, a few to the slow reasoning one.
@@ -60,8 +59,8 @@ class LoadGenerator:
         import anthropic
         import openai
 
-        owned = not _instrument.instrumented()
-        exporter.instrument()
+        owned = not instrumented()
+        instrument()
         limit = asyncio.Semaphore(self.shape.max_in_flight)
         tasks: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
@@ -95,7 +94,7 @@ class LoadGenerator:
             for client in clients:
                 await client.close()
             if owned:
-                exporter.uninstrument()
+                uninstrument()
 
     def _pick(self) -> tuple[str, str, str, int]:
         rng = self._rng
@@ -114,7 +113,7 @@ class LoadGenerator:
         headers = {TENANT_HEADER: tenant, INPUT_TOKENS_HEADER: str(input_tokens)}
         self.calls += 1
         try:
-            with exporter.labels(route=route, tenant=tenant):
+            with labels(route=route, tenant=tenant):
                 if use_anthropic:
                     async with anthropic_client.messages.stream(
                             model=model, max_tokens=1024, messages=messages,

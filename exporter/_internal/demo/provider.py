@@ -15,8 +15,8 @@ tokens), `input_tokens`, `cached_tokens`. Token events count reasoning and answe
 Unscripted requests take the tenant from `x-demo-tenant` and the prompt size from
 `x-demo-input-tokens` (default: prompt characters / 4).
 
-Usage follows each provider's convention: OpenAI's input counts include cached tokens,
-Anthropic's `input_tokens` excludes `cache_read_input_tokens`; output counts include reasoning.
+How each API renders a response, usage included, is in `wire_formats`; this module parses the
+requests, times the token events and serves them.
 """
 
 from __future__ import annotations
@@ -25,17 +25,16 @@ import asyncio
 import functools
 import ipaddress
 import json
-import socket
-import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 from aiohttp import web
 
+from .. import http_thread
 from .latency import LatencyModel, LatencySimulator, Plan
+from .wire_formats import Call, ChatCompletions, Messages, Responses, WireFormat, token_events
 
 SCRIPT_HEADER = "x-demo-script"
 TENANT_HEADER = "x-demo-tenant"
@@ -45,34 +44,7 @@ SCRIPT_KEYS = frozenset({
     "stall", "status", "disconnect_after", "input_tokens", "cached_tokens",
 })
 
-_ANSWER = tuple(
-    "Time to first token is what a user waits for before anything appears on the screen. "
-    "It hides a queue, a prefill that grows with the prompt, a cache that may be cold, and a "
-    "batch shared with other tenants. Measure each phase apart and the slow call explains "
-    "itself.".split()
-)
-_THOUGHT = tuple(
-    "The user asks about latency. First recall what the phases are, then check which one "
-    "moved, then write a short answer that names it.".split()
-)
-_FIRST_TOOL_PIECE = '{"text": "'
-
-
-def _words(text: tuple[str, ...], count: int) -> list[str]:
-    """`count` word tokens, each but the first with its leading space, as BPE tokens have."""
-    return [(" " if i else "") + text[i % len(text)] for i in range(count)]
-
-
-def _token_events(plan: Plan) -> list[tuple[str, str]]:
-    """(kind, text) of every token event; kind is "reasoning", "content" or "tool"."""
-    answer = _words(_ANSWER, plan.answer_tokens)
-    if plan.tool_call and answer:
-        # Arguments whose concatenation is valid JSON, one word per piece.
-        answer[0] = _FIRST_TOOL_PIECE + answer[0]
-        answer[-1] += '"}'
-    answer_kind = "tool" if plan.tool_call else "content"
-    return ([("reasoning", word) for word in _words(_THOUGHT, plan.reasoning_tokens)]
-            + [(answer_kind, piece) for piece in answer])
+_TEXT_KEYS = frozenset({"messages", "input", "instructions", "system", "content", "text"})
 
 
 def _prompt_chars(value: Any) -> int:
@@ -84,9 +56,6 @@ def _prompt_chars(value: Any) -> int:
     if isinstance(value, dict):
         return sum(_prompt_chars(item) for key, item in value.items() if key in _TEXT_KEYS)
     return 0
-
-
-_TEXT_KEYS = frozenset({"messages", "input", "instructions", "system", "content", "text"})
 
 
 def _read_script(raw: str | None, input_tokens: int, tools: bool) -> Plan | None:
@@ -122,418 +91,7 @@ def _read_script(raw: str | None, input_tokens: int, tools: bool) -> Plan | None
     )
 
 
-@dataclass(frozen=True)
-class _Call:
-    """One parsed request: what a wire format needs to render its response."""
-
-    model: str
-    stream: bool
-    include_usage: bool
-    tool_name: str | None
-    plan: Plan
-
-
-class _Wire:
-    """One API's wire format. Subclasses render the same token events their own way.
-
-    A response is a sequence of blocks (reasoning, then content or tool arguments); the base
-    class tracks which block is open so subclasses only say how a block opens, grows, closes.
-    """
-
-    request_id_header: ClassVar[str] = "x-request-id"
-
-    def __init__(self, call: _Call) -> None:
-        self.call = call
-        self.plan = call.plan
-        self.id = uuid.uuid4().hex[:24]
-        self.created = int(time.time())
-        self.text = {"reasoning": "", "content": "", "tool": ""}
-        answer_kind = "tool" if self.plan.tool_call else "content"
-        self.kinds = ["reasoning", answer_kind] if self.plan.reasoning_tokens else [answer_kind]
-        self.kind = self.kinds[0]
-
-    # Request side.
-    @staticmethod
-    def tool_name(body: dict[str, Any]) -> str | None:
-        raise NotImplementedError
-
-    @staticmethod
-    def include_usage(body: dict[str, Any]) -> bool:
-        return False
-
-    @staticmethod
-    def error_body(status: int, message: str) -> dict[str, Any]:
-        raise NotImplementedError
-
-    # Response side, streamed.
-    def opening(self) -> bytes:
-        """Framing sent right after the headers, before any token (and before the prefill)."""
-        return self._start() + self._open(self.kind)
-
-    def token(self, kind: str, text: str) -> bytes:
-        out = self._switch(kind) + self._delta(kind, text)
-        self.record(kind, text)
-        return out
-
-    def closing(self) -> bytes:
-        return self._switch(self.kinds[-1]) + self._close(self.kind) + self._finish()
-
-    # Response side, not streamed.
-    def record(self, kind: str, text: str) -> None:
-        self.text[kind] += text
-
-    def body(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _switch(self, kind: str) -> bytes:
-        if kind == self.kind:
-            return b""
-        out = self._close(self.kind) + self._open(kind)
-        self.kind = kind
-        return out
-
-    def _start(self) -> bytes:
-        raise NotImplementedError
-
-    def _open(self, kind: str) -> bytes:
-        return b""
-
-    def _delta(self, kind: str, text: str) -> bytes:
-        raise NotImplementedError
-
-    def _close(self, kind: str) -> bytes:
-        return b""
-
-    def _finish(self) -> bytes:
-        raise NotImplementedError
-
-
-def _data(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
-def _event(name: str, payload: dict[str, Any]) -> bytes:
-    return f"event: {name}\n".encode() + _data(payload)
-
-
-_OPENAI_ERRORS = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    404: ("invalid_request_error", "model_not_found"),
-    429: ("requests", "rate_limit_exceeded"),
-    503: ("server_error", "overloaded"),
-}
-
-
-def _openai_error(status: int, message: str) -> dict[str, Any]:
-    default = ("server_error", None) if status >= 500 else ("invalid_request_error", None)
-    kind, code = _OPENAI_ERRORS.get(status, default)
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-class _ChatCompletions(_Wire):
-    """OpenAI Chat Completions: one `data:` chunk per token, then `[DONE]`."""
-
-    @staticmethod
-    def tool_name(body: dict[str, Any]) -> str | None:
-        tools = body.get("tools") or []
-        return tools[0]["function"]["name"] if tools else None
-
-    @staticmethod
-    def include_usage(body: dict[str, Any]) -> bool:
-        return bool((body.get("stream_options") or {}).get("include_usage"))
-
-    error_body = staticmethod(_openai_error)
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        chunk: dict[str, Any] = {
-            "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-            "created": self.created, "model": self.call.model, "system_fingerprint": None,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }
-        if self.call.include_usage:
-            chunk["usage"] = None
-        return _data(chunk)
-
-    def _start(self) -> bytes:
-        return self._chunk({"role": "assistant", "content": ""})
-
-    def _delta(self, kind: str, text: str) -> bytes:
-        if kind == "reasoning":
-            return self._chunk({"reasoning_content": text})
-        if kind == "content":
-            return self._chunk({"content": text})
-        call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
-        if not self.text["tool"]:
-            call.update(id=f"call_{self.id}", type="function")
-            call["function"]["name"] = self.call.tool_name
-        return self._chunk({"tool_calls": [call]})
-
-    def _finish(self) -> bytes:
-        out = self._chunk({}, finish=self._finish_reason())
-        if self.call.include_usage:
-            out += _data({
-                "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-                "created": self.created, "model": self.call.model, "system_fingerprint": None,
-                "choices": [], "usage": self._usage(),
-            })
-        return out + b"data: [DONE]\n\n"
-
-    def _finish_reason(self) -> str:
-        return "tool_calls" if self.plan.tool_call else "stop"
-
-    def _usage(self) -> dict[str, Any]:
-        plan = self.plan
-        output = plan.reasoning_tokens + plan.answer_tokens
-        return {
-            "prompt_tokens": plan.input_tokens, "completion_tokens": output,
-            "total_tokens": plan.input_tokens + output,
-            "prompt_tokens_details": {"cached_tokens": plan.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": plan.reasoning_tokens},
-        }
-
-    def body(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": self.text["content"] or None,
-                                   "refusal": None}
-        if self.plan.reasoning_tokens:
-            message["reasoning_content"] = self.text["reasoning"]
-        if self.plan.tool_call:
-            message["tool_calls"] = [{
-                "id": f"call_{self.id}", "type": "function",
-                "function": {"name": self.call.tool_name, "arguments": self.text["tool"]},
-            }]
-        return {
-            "id": f"chatcmpl-{self.id}", "object": "chat.completion", "created": self.created,
-            "model": self.call.model, "system_fingerprint": None,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": self._finish_reason()}],
-            "usage": self._usage(),
-        }
-
-
-class _Responses(_Wire):
-    """OpenAI Responses: typed, numbered events; one output item per block."""
-
-    _ITEM_PREFIX: ClassVar[dict[str, str]] = {"reasoning": "rs", "content": "msg", "tool": "fc"}
-
-    def __init__(self, call: _Call) -> None:
-        super().__init__(call)
-        self.sequence = 0
-        self.index = -1
-        self.done: list[dict[str, Any]] = []
-
-    @staticmethod
-    def tool_name(body: dict[str, Any]) -> str | None:
-        tools = [tool for tool in body.get("tools") or [] if tool.get("type") == "function"]
-        return tools[0]["name"] if tools else None
-
-    error_body = staticmethod(_openai_error)
-
-    def _emit(self, event_type: str, /, **fields: Any) -> bytes:
-        payload = {"type": event_type, "sequence_number": self.sequence, **fields}
-        self.sequence += 1
-        return _event(event_type, payload)
-
-    def _item_id(self, kind: str) -> str:
-        return f"{self._ITEM_PREFIX[kind]}_{self.id}"
-
-    def _item(self, kind: str, done: bool) -> dict[str, Any]:
-        text = self.text[kind] if done else ""
-        status = "completed" if done else "in_progress"
-        if kind == "reasoning":
-            summary = [{"type": "summary_text", "text": text}] if done else []
-            return {"id": self._item_id(kind), "type": "reasoning", "summary": summary,
-                    "status": status}
-        if kind == "tool":
-            return {"id": self._item_id(kind), "type": "function_call",
-                    "call_id": f"call_{self.id}", "name": self.call.tool_name,
-                    "arguments": text, "status": status}
-        content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
-        return {"id": self._item_id(kind), "type": "message", "role": "assistant",
-                "status": status, "content": content if done else []}
-
-    def _response(self, output: list[dict[str, Any]], done: bool) -> dict[str, Any]:
-        return {
-            "id": f"resp_{self.id}", "object": "response", "created_at": self.created,
-            "status": "completed" if done else "in_progress", "model": self.call.model,
-            "output": output, "usage": self._usage() if done else None, "error": None,
-            "incomplete_details": None, "instructions": None, "metadata": {},
-            "parallel_tool_calls": True, "temperature": 1.0, "top_p": 1.0,
-            "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
-        }
-
-    def _usage(self) -> dict[str, Any]:
-        plan = self.plan
-        output = plan.reasoning_tokens + plan.answer_tokens
-        return {
-            "input_tokens": plan.input_tokens,
-            "input_tokens_details": {"cached_tokens": plan.cached_tokens, "cache_write_tokens": 0},
-            "output_tokens": output,
-            "output_tokens_details": {"reasoning_tokens": plan.reasoning_tokens},
-            "total_tokens": plan.input_tokens + output,
-        }
-
-    def _start(self) -> bytes:
-        response = self._response([], done=False)
-        return (self._emit("response.created", response=response)
-                + self._emit("response.in_progress", response=response))
-
-    def _open(self, kind: str) -> bytes:
-        self.index += 1
-        where = {"item_id": self._item_id(kind), "output_index": self.index}
-        out = self._emit("response.output_item.added", output_index=self.index,
-                         item=self._item(kind, done=False))
-        if kind == "reasoning":
-            out += self._emit("response.reasoning_summary_part.added", **where, summary_index=0,
-                              part={"type": "summary_text", "text": ""})
-        elif kind == "content":
-            out += self._emit("response.content_part.added", **where, content_index=0,
-                              part={"type": "output_text", "text": "", "annotations": []})
-        return out
-
-    def _delta(self, kind: str, text: str) -> bytes:
-        where = {"item_id": self._item_id(kind), "output_index": self.index}
-        if kind == "reasoning":
-            return self._emit("response.reasoning_summary_text.delta", **where, summary_index=0,
-                              delta=text)
-        if kind == "tool":
-            return self._emit("response.function_call_arguments.delta", **where, delta=text)
-        return self._emit("response.output_text.delta", **where, content_index=0, delta=text,
-                          logprobs=[])
-
-    def _close(self, kind: str) -> bytes:
-        text = self.text[kind]
-        where = {"item_id": self._item_id(kind), "output_index": self.index}
-        part: dict[str, Any]
-        if kind == "reasoning":
-            part = {"type": "summary_text", "text": text}
-            out = (self._emit("response.reasoning_summary_text.done", **where, summary_index=0,
-                              text=text)
-                   + self._emit("response.reasoning_summary_part.done", **where, summary_index=0,
-                                part=part))
-        elif kind == "tool":
-            out = self._emit("response.function_call_arguments.done", **where, arguments=text,
-                             name=self.call.tool_name)
-        else:
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            out = (self._emit("response.output_text.done", **where, content_index=0, text=text,
-                              logprobs=[])
-                   + self._emit("response.content_part.done", **where, content_index=0,
-                                part=part))
-        item = self._item(kind, done=True)
-        self.done.append(item)
-        return out + self._emit("response.output_item.done", output_index=self.index, item=item)
-
-    def _finish(self) -> bytes:
-        return self._emit("response.completed", response=self._response(self.done, done=True))
-
-    def body(self) -> dict[str, Any]:
-        return self._response([self._item(kind, done=True) for kind in self.kinds], done=True)
-
-
-_ANTHROPIC_ERRORS = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-    529: "overloaded_error",
-}
-
-
-class _Messages(_Wire):
-    """Anthropic Messages: content blocks (thinking, text or tool_use) between message events."""
-
-    request_id_header = "request-id"
-
-    def __init__(self, call: _Call) -> None:
-        super().__init__(call)
-        self.index = -1
-
-    @staticmethod
-    def tool_name(body: dict[str, Any]) -> str | None:
-        tools = body.get("tools") or []
-        return tools[0]["name"] if tools else None
-
-    @staticmethod
-    def error_body(status: int, message: str) -> dict[str, Any]:
-        default = "api_error" if status >= 500 else "invalid_request_error"
-        return {"type": "error",
-                "error": {"type": _ANTHROPIC_ERRORS.get(status, default), "message": message}}
-
-    def _block(self, kind: str, done: bool) -> dict[str, Any]:
-        text = self.text[kind] if done else ""
-        if kind == "reasoning":
-            return {"type": "thinking", "thinking": text, "signature": self._signature(done)}
-        if kind == "tool":
-            return {"type": "tool_use", "id": f"toolu_{self.id}", "name": self.call.tool_name,
-                    "input": json.loads(text) if text else {}}
-        return {"type": "text", "text": text}
-
-    def _signature(self, done: bool) -> str:
-        return f"sig_{self.id}" if done else ""
-
-    def _stop_reason(self) -> str:
-        return "tool_use" if self.plan.tool_call else "end_turn"
-
-    def _message(self, content: list[dict[str, Any]], done: bool) -> dict[str, Any]:
-        plan = self.plan
-        output = plan.reasoning_tokens + plan.answer_tokens
-        return {
-            "id": f"msg_{self.id}", "type": "message", "role": "assistant",
-            "model": self.call.model, "content": content,
-            "stop_reason": self._stop_reason() if done else None, "stop_sequence": None,
-            "usage": {
-                "input_tokens": plan.input_tokens - plan.cached_tokens,
-                "cache_read_input_tokens": plan.cached_tokens,
-                "cache_creation_input_tokens": 0,
-                "output_tokens": output if done else 0,
-            },
-        }
-
-    def opening(self) -> bytes:
-        return super().opening() + _event("ping", {"type": "ping"})
-
-    def _start(self) -> bytes:
-        return _event("message_start",
-                      {"type": "message_start", "message": self._message([], done=False)})
-
-    def _open(self, kind: str) -> bytes:
-        self.index += 1
-        return _event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                              "content_block": self._block(kind, done=False)})
-
-    def _delta(self, kind: str, text: str) -> bytes:
-        if kind == "reasoning":
-            delta = {"type": "thinking_delta", "thinking": text}
-        elif kind == "tool":
-            delta = {"type": "input_json_delta", "partial_json": text}
-        else:
-            delta = {"type": "text_delta", "text": text}
-        return self._block_delta(delta)
-
-    def _block_delta(self, delta: dict[str, Any]) -> bytes:
-        return _event("content_block_delta",
-                      {"type": "content_block_delta", "index": self.index, "delta": delta})
-
-    def _close(self, kind: str) -> bytes:
-        out = b""
-        if kind == "reasoning":
-            out = self._block_delta({"type": "signature_delta",
-                                     "signature": self._signature(done=True)})
-        return out + _event("content_block_stop",
-                            {"type": "content_block_stop", "index": self.index})
-
-    def _finish(self) -> bytes:
-        output = self.plan.reasoning_tokens + self.plan.answer_tokens
-        return (_event("message_delta", {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": self._stop_reason(), "stop_sequence": None},
-                    "usage": {"output_tokens": output}})
-                + _event("message_stop", {"type": "message_stop"}))
-
-    def body(self) -> dict[str, Any]:
-        return self._message([self._block(kind, done=True) for kind in self.kinds], done=True)
-
-
-def _error_response(wire: type[_Wire], status: int, message: str) -> web.Response:
+def _error_response(wire: type[WireFormat], status: int, message: str) -> web.Response:
     headers = {"retry-after": "1"} if status in (429, 503, 529) else {}
     return web.json_response(wire.error_body(status, message), status=status, headers=headers)
 
@@ -560,7 +118,7 @@ async def _timed_tokens(plan: Plan,
                         paused_until: Callable[[], float]) -> AsyncIterator[tuple[str, str]]:
     """The token events at their planned times (an absolute schedule, so no drift)."""
     due = time.monotonic() + plan.prefill
-    for index, event in enumerate(_token_events(plan)):
+    for index, event in enumerate(token_events(plan)):
         if index:
             due += plan.gaps[index - 1]
         due = await _sleep_until(due, paused_until)
@@ -583,7 +141,7 @@ class _State:
 _STATE = web.AppKey("demo_provider_state", _State)
 
 
-async def _handle(request: web.Request, wire: type[_Wire]) -> web.StreamResponse:
+async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamResponse:
     try:
         body = await request.json()
         model = body["model"]
@@ -598,9 +156,9 @@ async def _handle(request: web.Request, wire: type[_Wire]) -> web.StreamResponse
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         return _error_response(wire, 400, f"bad request: {exc!r}")
 
-    def call(plan: Plan) -> _Call:
-        return _Call(model=model, stream=bool(body.get("stream")),
-                     include_usage=wire.include_usage(body), tool_name=tool_name, plan=plan)
+    def call(plan: Plan) -> Call:
+        return Call(model=model, stream=bool(body.get("stream")),
+                    include_usage=wire.include_usage(body), tool_name=tool_name, plan=plan)
 
     if scripted is not None:
         return await _respond(request, wire, call(scripted), paused_until=lambda: 0.0)
@@ -612,7 +170,7 @@ async def _handle(request: web.Request, wire: type[_Wire]) -> web.StreamResponse
                               paused_until=lambda: state.simulator.paused_until(model))
 
 
-async def _respond(request: web.Request, wire_type: type[_Wire], call: _Call,
+async def _respond(request: web.Request, wire_type: type[WireFormat], call: Call,
                    paused_until: Callable[[], float]) -> web.StreamResponse:
     """Serve one planned response; a client that hangs up mid-stream just ends it, quietly."""
     try:
@@ -621,7 +179,7 @@ async def _respond(request: web.Request, wire_type: type[_Wire], call: _Call,
         raise asyncio.CancelledError from None  # aiohttp ends a cancelled handler silently
 
 
-async def _serve_plan(request: web.Request, wire_type: type[_Wire], call: _Call,
+async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: Call,
                       paused_until: Callable[[], float]) -> web.StreamResponse:
     plan = call.plan
     await asyncio.sleep(plan.server_wait)
@@ -658,21 +216,22 @@ def create_app(model: LatencyModel | None = None) -> web.Application:
     """The provider as an aiohttp application; `model` defaults to `LatencyModel.default()`."""
     app = web.Application()
     app[_STATE] = _State(model or LatencyModel.default())
-    for path, wire in (("/v1/chat/completions", _ChatCompletions), ("/v1/responses", _Responses),
-                       ("/v1/messages", _Messages)):
+    for path, wire in (("/v1/chat/completions", ChatCompletions), ("/v1/responses", Responses),
+                       ("/v1/messages", Messages)):
         app.router.add_post(path, functools.partial(_handle, wire=wire))
     return app
 
 
-def _loopback_socket(host: str, port: int) -> socket.socket:
-    """A bound socket on a loopback address; anything else is refused (the demo has no auth)."""
+#: How long a stop waits for the streams in flight before cancelling them.
+_SHUTDOWN_TIMEOUT = 1.0
+
+
+def _loopback_address(host: str) -> str:
+    """`host` as a loopback IP address; anything else is refused (the demo has no auth)."""
     address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
     if not address.is_loopback:
         raise ValueError(f"the demo provider binds loopback addresses only, not {host!r}")
-    sock = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((str(address), port))
-    return sock
+    return str(address)
 
 
 @dataclass
@@ -689,21 +248,10 @@ class RunningProvider:
 async def run_provider(host: str = "127.0.0.1", port: int = 0,
                        model: LatencyModel | None = None) -> RunningProvider:
     """Serve the provider on the running loop; port 0 picks a free port (see `base_url`)."""
-    sock = _loopback_socket(host, port)
-    runner = web.AppRunner(create_app(model), access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.SockSite(runner, sock).start()
-    address, bound_port = sock.getsockname()[:2]
-    shown = f"[{address}]" if ":" in address else address
-    return RunningProvider(base_url=f"http://{shown}:{bound_port}", _runner=runner)
-
-
-async def _cancel_remaining_tasks() -> None:
-    """End handlers still streaming (a stop mid-load), so the loop closes with no task pending."""
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    address = _loopback_address(host)
+    runner, bound_port = await http_thread.serve(create_app(model), address, port,
+                                                 shutdown_timeout=_SHUTDOWN_TIMEOUT)
+    return RunningProvider(base_url=http_thread.base_url(address, bound_port), _runner=runner)
 
 
 class ProviderServer:
@@ -717,40 +265,26 @@ class ProviderServer:
         self._model = model
         self._host = host
         self._port = port
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="demo-provider",
-                                        daemon=True)
-        self._running: RunningProvider | None = None
+        self._http: http_thread.HttpThread | None = None
 
     @property
     def base_url(self) -> str:
-        if self._running is None:
+        if self._http is None:
             raise RuntimeError("ProviderServer is not started")
-        return self._running.base_url
+        return self._http.base_url
 
     def start(self) -> ProviderServer:
-        self._thread.start()
-        started = asyncio.run_coroutine_threadsafe(
-            run_provider(self._host, self._port, self._model), self._loop)
-        try:
-            self._running = started.result()
-        except BaseException:
-            self._stop_loop()
-            raise
+        server = http_thread.HttpThread(
+            create_app(self._model), _loopback_address(self._host), self._port,
+            name="demo-provider", shutdown_timeout=_SHUTDOWN_TIMEOUT)
+        self._http = server.start()
         return self
 
     def stop(self) -> None:
-        if self._running is None:
+        if self._http is None:
             return
-        asyncio.run_coroutine_threadsafe(self._running.close(), self._loop).result()
-        self._running = None
-        self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        asyncio.run_coroutine_threadsafe(_cancel_remaining_tasks(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._http.stop()
+        self._http = None
 
     def __enter__(self) -> ProviderServer:
         return self.start()

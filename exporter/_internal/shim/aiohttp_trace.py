@@ -1,6 +1,6 @@
 """Network phases for aiohttp users of the manual API, from aiohttp's `TraceConfig` signals.
 
-    session = aiohttp.ClientSession(trace_configs=[exporter.shim.aiohttp_trace.trace_config()])
+    session = aiohttp.ClientSession(trace_configs=[exporter.integrations.aiohttp_trace_config()])
     with exporter.track(model="m", provider="vllm") as call:
         async with session.post(url, json=body, trace_request_ctx=call) as response:
             ...
@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from .stream import count_drop
+from ..runtime import count_drop
 
 
 def _timeline(ctx: SimpleNamespace) -> Any:

@@ -1,6 +1,6 @@
 """The anthropic SDK patch: Messages (and beta Messages), sync and async, streamed or not.
 
-Same hooks as the openai patch (see openai.py and stream.py): the client's `request()`,
+Same hooks as the openai patch (see openai.py and hooks.py): the client's `request()`,
 `_build_request()`, `Stream.__stream__` / `AsyncStream.__stream__`, and `messages.create` for
 the `start` stamp. `messages.stream(...)` posts through `request()` when its context manager is
 entered, so it is measured from there.
@@ -21,14 +21,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .stream import (CONTENT, HOT_ANTHROPIC, REASONING, TOOL, SDK, Endpoint, Tracked,
-                     client_hooks, client_provider, field, start_hook)
+from ..names import CONTENT, REASONING, TOOL
+from .hooks import SDK, client_hooks, start_hook
+from .providers import client_provider
+from .sdk_call import HOT_ANTHROPIC, Endpoint, SdkCall, field
+
 
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
                  "output_tokens")
 
 
-def classify(event: Any, tr: Tracked) -> str | None:
+def classify(event: Any, call: SdkCall) -> str | None:
     kind = event.type
     if kind == "content_block_delta":
         delta = event.delta
@@ -42,18 +45,18 @@ def classify(event: Any, tr: Tracked) -> str | None:
         return None  # signature_delta, citations_delta
     if kind == "message_start":
         message = event.message
-        _note(tr, field(message, "usage"), field(message, "model"))
+        _note(call, field(message, "usage"), field(message, "model"))
     elif kind == "message_delta":
-        _note(tr, field(event, "usage"), None)
+        _note(call, field(event, "usage"), None)
     elif kind == "message_stop":
-        tr.complete = True
+        call.complete = True
     return None
 
 
-def _note(tr: Tracked, usage: Any, model: Any) -> None:
-    seen = tr.usage
+def _note(call: SdkCall, usage: Any, model: Any) -> None:
+    seen = call.usage_seen
     if seen is None:
-        seen = tr.usage = {}
+        seen = call.usage_seen = {}
     for name in _USAGE_FIELDS:
         value = field(usage, name)
         if isinstance(value, int):
@@ -62,25 +65,25 @@ def _note(tr: Tracked, usage: Any, model: Any) -> None:
         seen["model"] = model
 
 
-def final(last: Any, tr: Tracked) -> None:
-    seen = tr.usage
+def final(last: Any, call: SdkCall) -> None:
+    seen = call.usage_seen
     if seen:
-        _record(tr, seen)
+        _record(call, seen)
 
 
-def body_usage(message: Any, tr: Tracked) -> None:
+def body_usage(message: Any, call: SdkCall) -> None:
     usage = field(message, "usage")
     seen = {name: field(usage, name) for name in _USAGE_FIELDS}
     seen["model"] = field(message, "model")
-    _record(tr, seen)
+    _record(call, seen)
 
 
-def _record(tr: Tracked, seen: dict[str, Any]) -> None:
+def _record(call: SdkCall, seen: dict[str, Any]) -> None:
     parts = [seen.get(name) for name in _USAGE_FIELDS[:3]]
     total = None
     if isinstance(parts[0], int):
         total = sum(p for p in parts if isinstance(p, int))
-    tr.call.usage(input=total, output=seen.get("output_tokens"),
+    call.usage(input=total, output=seen.get("output_tokens"),
                   cached=seen.get("cache_read_input_tokens"), model=seen.get("model"))
 
 

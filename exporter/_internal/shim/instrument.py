@@ -15,7 +15,7 @@ import logging
 import threading
 from typing import Any
 
-from . import stream
+from . import hooks
 
 log = logging.getLogger("exporter.shim")
 
@@ -73,14 +73,14 @@ def instrument() -> tuple[str, ...]:
                                 exc)
             if patched:
                 _instrumented.append(sdk)
-        stream.enabled[0] = True
+        hooks.enabled[0] = True
         return tuple(_instrumented)
 
 
 def uninstrument() -> None:
     """Restore every patched attribute; calls in flight finish and are recorded."""
     with _lock:
-        stream.enabled[0] = False
+        hooks.enabled[0] = False
         while _applied:
             owner, attr, own, replacement = _applied.pop()
             try:
@@ -96,7 +96,6 @@ def uninstrument() -> None:
                 log.warning("ttft-exporter: cannot restore %s.%s: %r", owner.__name__, attr,
                             exc)
         _instrumented.clear()
-        stream.drain()
 
 
 def instrumented() -> tuple[str, ...]:

@@ -1,9 +1,11 @@
 """`exporter.track()`: the manual API, for any client the SDK patches do not cover.
 
-The per-token path is a `perf_counter_ns()` stamp appended to a list; everything else happens
-once, when the block exits. Nothing here raises into the caller: a failure inside the exporter
-is a counted drop (`ttft_exporter_dropped_total{reason="internal_error"}`), and an exception
-from the caller's block passes through untouched (it only sets the outcome).
+`Call` is the one object of a measured call, whichever way it is measured: `track()` hands it
+to the caller, and the SDK patch's `SdkCall` (sdk_call.py) extends it. The per-token path is a
+`perf_counter_ns()` stamp appended to a list; everything else happens once, when the call
+finishes. Nothing here raises into the caller: a failure inside the exporter is a counted drop
+(`ttft_exporter_dropped_total{reason="internal_error"}`), and an exception from the caller's
+block passes through untouched (it only sets the outcome).
 """
 
 from __future__ import annotations
@@ -35,10 +37,15 @@ class Call:
         self._state = state = runtime.state()
         self._in_flight = state.recorder.started(model, provider, t.route)
         self._finished = False
-        #: The call's OpenTelemetry span (when the app traces); its trace id is the exemplar.
-        self.span = otel.CallSpan(t) if state.config.otel.traces and otel.tracing() else None
         #: Extra span attributes a client knows (server.address, gen_ai.request.stream).
         self.span_attributes: dict[str, Any] = {}
+        #: The call's OpenTelemetry span (when the app traces); its trace id is the exemplar.
+        self.span: otel.CallSpan | None = None
+        if state.config.otel.traces and otel.tracing():
+            try:
+                self.span = otel.CallSpan(t)
+            except Exception:  # the app's tracer provider failed: measure without a span
+                self.count_drop()
 
     def activate(self) -> object | None:
         """Make the call's span current while the client sends it (an SDK's own spans nest)."""
@@ -93,8 +100,8 @@ class Call:
             self.timeline.outcome = names.ABANDONED
 
     def finish(self, exc: BaseException | None = None, *, end: int | None = None) -> None:
-        """End the call (idempotent): stamp `end` (now, or the given stamp), classify the
-        outcome, record."""
+        """End the call once (later calls do nothing): stamp `end` (now, or the given stamp),
+        classify the outcome, record. Never raises."""
         if self._finished:
             return
         self._finished = True
@@ -109,8 +116,14 @@ class Call:
                 self.span.finish(t, derived, exc, self.span_attributes)
             if self._state.config.otel.metrics:
                 _GENAI_METRICS.record(t, derived)
+        except Exception:
+            self.count_drop()
         finally:
             self._state.recorder.record_call(t, self._in_flight, derived)
+
+    def count_drop(self) -> None:
+        """One internal failure while measuring this call: counted, never raised."""
+        self._state.recorder.count_drop(names.DROP_INTERNAL)
 
 
 class track:
@@ -130,10 +143,7 @@ class track:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._call is not None:
-            try:
-                self._call.finish(exc)
-            except Exception:
-                runtime.state().recorder.drops[names.DROP_INTERNAL] += 1
+            self._call.finish(exc)
 
     async def __aenter__(self) -> Call:
         return self.__enter__()

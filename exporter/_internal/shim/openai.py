@@ -5,7 +5,7 @@ Hooks (all at class level, so clients created before `instrument()` are measured
 included), `BaseClient._build_request` (httpx trace extension), `Stream.__stream__` /
 `AsyncStream.__stream__` (the token wrapper) and the `create`/`parse` methods of
 `chat.completions` and `responses` (the `start` stamp). `chat.completions.stream()` and
-`responses.stream()` call `create`, so they are covered. See stream.py for the mechanics.
+`responses.stream()` call `create`, so they are covered. See hooks.py for the mechanics.
 
 Token events (DESIGN §4): a chat chunk is a token when a choice's delta carries `content`,
 `refusal`, tool-call or function-call `arguments` (kind tool), an audio transcript, or
@@ -22,34 +22,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from .stream import (CONTENT, HOT_CHAT, HOT_RESPONSES, REASONING, TOOL, SDK, Endpoint, Tracked,
-                     client_hooks, client_provider, field, start_hook)
+from ..names import CONTENT, REASONING, TOOL
+from .hooks import SDK, client_hooks, start_hook
+from .providers import client_provider
+from .sdk_call import HOT_CHAT, HOT_RESPONSES, Endpoint, SdkCall, field
+
 
 
 # --- Chat Completions -----------------------------------------------------------------------------
-def chat_classify(chunk: Any, tr: Tracked) -> str | None:
+def chat_classify(chunk: Any, call: SdkCall) -> str | None:
     choices = chunk.choices
     if choices:
         delta = getattr(choices[0], "delta", None)
         if delta is not None and delta.content:
             return CONTENT
-        return _chat_other(choices, tr)
+        return _chat_other(choices, call)
     return None  # usage-only chunk
 
 
-def _chat_other(choices: Any, tr: Tracked | None = None) -> str | None:
+def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
     """Every case but the common one (text in the first choice): tools, reasoning, n > 1."""
     found = None
     for choice in choices:
-        if tr is not None and getattr(choice, "finish_reason", None):
-            tr.complete = True
+        if call is not None and getattr(choice, "finish_reason", None):
+            call.complete = True
         delta = getattr(choice, "delta", None)
         if delta is None:
             continue
         if delta.content or getattr(delta, "refusal", None):
             return CONTENT
-        for call in getattr(delta, "tool_calls", None) or ():
-            function = getattr(call, "function", None)
+        for tool_call in getattr(delta, "tool_calls", None) or ():
+            function = getattr(tool_call, "function", None)
             if function is not None and getattr(function, "arguments", None):
                 return TOOL
         function = getattr(delta, "function_call", None)
@@ -64,10 +67,10 @@ def _chat_other(choices: Any, tr: Tracked | None = None) -> str | None:
     return found
 
 
-def chat_usage(obj: Any, tr: Tracked) -> None:
+def chat_usage(obj: Any, call: SdkCall) -> None:
     """Usage and model of a ChatCompletion, the last chunk of a stream, or a JSON body."""
     usage = field(obj, "usage")
-    tr.call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),
+    call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),
                   cached=field(usage, "prompt_tokens_details", "cached_tokens"),
                   model=field(obj, "model"))
 
@@ -90,25 +93,25 @@ RESPONSES_KINDS = {
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def responses_classify(event: Any, tr: Tracked) -> str | None:
+def responses_classify(event: Any, call: SdkCall) -> str | None:
     kind = RESPONSES_KINDS.get(event.type)
     if kind is not None:
         return kind if getattr(event, "delta", None) else None
-    if tr is not None and event.type in _RESPONSE_ENDS:
-        tr.complete = True
+    if call is not None and event.type in _RESPONSE_ENDS:
+        call.complete = True
     return None
 
 
-def responses_final(last: Any, tr: Tracked) -> None:
+def responses_final(last: Any, call: SdkCall) -> None:
     """`response.completed` (or `.incomplete` / `.failed`) carries the final response."""
     response = field(last, "response")
     if response is not None:
-        responses_usage(response, tr)
+        responses_usage(response, call)
 
 
-def responses_usage(obj: Any, tr: Tracked) -> None:
+def responses_usage(obj: Any, call: SdkCall) -> None:
     usage = field(obj, "usage")
-    tr.call.usage(input=field(usage, "input_tokens"), output=field(usage, "output_tokens"),
+    call.usage(input=field(usage, "input_tokens"), output=field(usage, "output_tokens"),
                   cached=field(usage, "input_tokens_details", "cached_tokens"),
                   model=field(obj, "model"))
 

@@ -1,0 +1,116 @@
+"""An aiohttp application served by its own event loop in a daemon thread.
+
+The exporter's `/metrics` and the demo provider both serve callers that are synchronous or
+must not lend their own loop (a service's threads, the CLI, tests): each runs its app here,
+started and stopped from the caller's thread. The thread is a daemon, so a process that never
+calls `stop()` still exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import threading
+from typing import TypeVar
+
+from aiohttp import web
+
+_Self = TypeVar("_Self", bound="HttpThread")
+
+
+def base_url(host: str, port: int, tls: bool = False) -> str:
+    """`http(s)://host:port`, with an IPv6 host in brackets."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+async def serve(app: web.Application, host: str, port: int, *,
+                ssl_context: ssl.SSLContext | None = None,
+                shutdown_timeout: float = 60.0) -> tuple[web.AppRunner, int]:
+    """Serve `app` on host:port from the running loop; returns its runner (clean it up to stop)
+    and the bound port (port 0 picks a free one). `shutdown_timeout` is how long the cleanup
+    waits for handlers still running."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    return runner, sock.getsockname()[1]
+
+
+class HttpThread:
+    """`app` served on host:port by its own event loop in a daemon thread named `name`.
+
+    `start()` returns once the socket listens and raises a bind error in the caller; `stop()`
+    cleans up the app, ends the handlers still running, then the loop and the thread.
+    """
+
+    def __init__(self, app: web.Application, host: str, port: int, *, name: str,
+                 ssl_context: ssl.SSLContext | None = None,
+                 shutdown_timeout: float = 60.0) -> None:
+        self._app = app
+        self._host = host
+        self._requested_port = port
+        self._ssl = ssl_context
+        self._shutdown_timeout = shutdown_timeout
+        self._port = 0
+        self._runner: web.AppRunner | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The bound port (the requested one, or the free one port 0 picked); 0 until started."""
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """`http(s)://host:port` of the server."""
+        return base_url(self._host, self._port, tls=self._ssl is not None)
+
+    def start(self: _Self) -> _Self:
+        """Start the thread and return once listening; a bind error is raised here."""
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and end the thread; does nothing when not running."""
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self._shut_down(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    async def _listen(self) -> None:
+        self._runner, self._port = await serve(
+            self._app, self._host, self._requested_port, ssl_context=self._ssl,
+            shutdown_timeout=self._shutdown_timeout)
+
+    async def _shut_down(self) -> None:
+        """Clean up the app, then cancel what is left (streams in flight), so the loop closes
+        with no task pending."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,260 @@
+"""PromQL and SLO policy shared by the generated rules and the dashboards.
+
+A panel and an alert that answer the same question call the same builder here, so a threshold
+or an SLO scope can never mean one thing on a panel and another in an alert. Only what both
+read lives here: the SLI definitions and SLO scopes, the SLI ratios and quantiles, the names of
+the recordings the dashboards read, and the page burn rates a panel draws as thresholds. The
+rules themselves (and alert-only policy) are in alerts.py, the panels in dashboards.py. Every
+metric name comes from exporter.names; the recording rules' own names follow Prometheus'
+`level:metric:operation` convention and keep their nominal windows at any `window_scale`.
+
+SLO scopes: the first SLO entry is the default, later entries override it for a (model, route)
+selector and the last matching entry wins (config.slo_for). Each entry's queries select its own
+(model, route) pairs and drop, with `unless on (model, route)`, the pairs a later entry claims.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.utils import floatToGoString
+
+from . import names
+from .config import SLO, AlertingConfig, Config
+
+# --- policy -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BurnRate:
+    """Alert when the error ratio spends budget `factor`× too fast over both windows (seconds)."""
+
+    factor: float
+    long: int
+    short: int
+
+
+#: Multi-window, multi-burn-rate page pairs of the Google SRE workbook for a 30-day budget
+#: (the overview's burn-rate panel draws their factors; the ticket pairs are in alerts.py).
+PAGE_BURN = (BurnRate(14.4, 3600, 300), BurnRate(6, 21600, 1800))
+#: Every window an SLI ratio is recorded over (every burn-rate pair uses these).
+SLI_WINDOWS: tuple[int, ...] = (300, 1800, 3600, 7200, 21600, 86400, 259200)
+#: Window of the p99 the regression alerts compare, and of the per-tenant p99.
+REGRESSION_WINDOW = 3600
+TENANT_WINDOW = 300
+
+#: Outcomes that spend the error objective; `cancelled` and `abandoned` are the caller's choice.
+ERROR_OUTCOMES = (names.ERROR, names.TIMEOUT)
+
+#: SLI kind -> histogram family whose SLO threshold is a bucket boundary.
+LATENCY_SLIS: dict[str, names.Family] = {
+    "ttft": names.TTFT, "first_answer_token": names.FIRST_ANSWER, "stall": names.STALL,
+}
+ERRORS_SLI = "errors"
+SLIS: tuple[str, ...] = (*LATENCY_SLIS, ERRORS_SLI)
+
+# --- building blocks --------------------------------------------------------------------------
+
+_UNITS = (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def duration(seconds: float) -> str:
+    """Prometheus duration of `seconds` in the largest unit that divides it (1w, 90s, 250ms)."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"duration must be at least 1 ms, got {seconds} s")
+    for unit, size in _UNITS:
+        if ms % (size * 1000) == 0:
+            return f"{ms // (size * 1000)}{unit}"
+    return f"{ms}ms"
+
+
+def le(seconds: float) -> str:
+    """The `le` label value the exporter serves for a bucket bound (prometheus_client format)."""
+    return floatToGoString(seconds)
+
+
+def num(x: float) -> str:
+    """A number for PromQL or text without float noise (1 - 0.99 -> 0.01)."""
+    return format(x, ".12g")
+
+
+def percent(ratio: float) -> str:
+    """A ratio as a percentage for text (0.995 -> 99.5%)."""
+    return f"{num(ratio * 100)}%"
+
+
+def eq(label: str, value: str) -> str:
+    """An equality matcher."""
+    return f"{label}={json.dumps(value)}"
+
+
+def regex(label: str, value: str) -> str:
+    """A regular-expression matcher."""
+    return f"{label}=~{json.dumps(value)}"
+
+
+def selector(metric: str, matchers: Iterable[str] = ()) -> str:
+    """`metric{matchers}`, or the bare name without matchers."""
+    found = list(matchers)
+    return f"{metric}{{{', '.join(found)}}}" if found else metric
+
+
+def by(labels: Sequence[str]) -> str:
+    """A label list for `by (...)` and `on (...)`."""
+    return ", ".join(labels)
+
+
+def indent(text: str) -> str:
+    """Indent every line by two spaces (nested PromQL stays readable in YAML and JSON)."""
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+MODEL_ROUTE = (names.MODEL, names.ROUTE)
+
+# --- SLO scopes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The (model, route) pairs one SLO entry governs: its selector minus later matching entries."""
+
+    id: str
+    slo: SLO
+    matchers: tuple[str, ...]
+    excluded: tuple[tuple[str, ...], ...]
+
+
+def scopes(config: Config) -> list[Scope]:
+    """One scope per SLO entry, default first; ids are `default` or the entry's selector."""
+    out: list[Scope] = []
+    seen: set[str] = set()
+    for i, slo in enumerate(config.slos):
+        excluded = tuple(_matchers(later) for later in config.slos[i + 1:]
+                         if _may_overlap(slo, later))
+        parts = [f"{label}={value}" for label, value in _selector(slo) if value]
+        ident = "default" if i == 0 else ",".join(parts) or "all"
+        if ident in seen:
+            ident = f"{ident}#{i}"
+        seen.add(ident)
+        out.append(Scope(ident, slo, _matchers(slo), excluded))
+    return out
+
+
+def _selector(slo: SLO) -> tuple[tuple[str, str], ...]:
+    return (names.MODEL, slo.model), (names.ROUTE, slo.route)
+
+
+def _matchers(slo: SLO) -> tuple[str, ...]:
+    return tuple(eq(label, value) for label, value in _selector(slo) if value)
+
+
+def _may_overlap(a: SLO, b: SLO) -> bool:
+    """False only when the two selectors name different values for the same label."""
+    return all(not (x and y and x != y) for x, y in ((a.model, b.model), (a.route, b.route)))
+
+
+def _claim(expr: str, scope: Scope, presence_metric: str, window: str) -> str:
+    """`expr` restricted to the pairs `scope` governs (later entries' pairs removed)."""
+    if not scope.excluded:
+        return expr
+    unless = "\n".join(
+        f"unless on ({by(MODEL_ROUTE)}) present_over_time({selector(presence_metric, m)}[{window}])"
+        for m in scope.excluded)
+    return f"(\n{indent(expr)}\n)\n{unless}"
+
+
+# --- ratios and quantiles ---------------------------------------------------------------------
+
+
+def sli_error_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = ()) -> str:
+    """Share of `scope`'s calls that missed objective `sli` over `window`, by (model, route).
+
+    `extra` adds matchers (the dashboards' template variables). The error SLI is 0, not empty,
+    while a (model, route) has calls but no errors.
+    """
+    return _sli_ratio(sli, scope, window, extra, good=False)
+
+
+def sli_good_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = ()) -> str:
+    """Share of `scope`'s calls that met objective `sli` over `window`, by (model, route)."""
+    return _sli_ratio(sli, scope, window, extra, good=True)
+
+
+def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str], good: bool) -> str:
+    m = [*scope.matchers, *extra]
+    if sli == ERRORS_SLI:
+        total = f"sum by ({by(MODEL_ROUTE)}) (rate({selector(names.REQUESTS_TOTAL, m)}[{window}]))"
+        bad_sel = selector(names.REQUESTS_TOTAL,
+                           [regex(names.OUTCOME, "|".join(ERROR_OUTCOMES)), *m])
+        bad = f"sum by ({by(MODEL_ROUTE)}) (rate({bad_sel}[{window}]))"
+        ratio = f"(\n  {bad}\n  or 0 * {total}\n)\n/ {total}"
+        expr = f"1 - (\n{indent(ratio)}\n)" if good else ratio
+        return _claim(expr, scope, names.REQUESTS_TOTAL, window)
+    family = LATENCY_SLIS[sli]
+    objective = getattr(scope.slo, sli)
+    good_sel = selector(family.name + "_bucket", [eq("le", le(objective.threshold_seconds)), *m])
+    met = f"sum by ({by(MODEL_ROUTE)}) (rate({good_sel}[{window}]))"
+    total = f"sum by ({by(MODEL_ROUTE)}) (rate({selector(family.name + '_count', m)}[{window}]))"
+    ratio = f"{met}\n/ {total}"
+    expr = ratio if good else f"1 - (\n{indent(ratio)}\n)"
+    return _claim(expr, scope, family.name + "_count", window)
+
+
+def outcome_ratio(outcome: str, scope: Scope, window: str) -> str:
+    """Share of `scope`'s calls that ended with `outcome` over `window`, by (model, route)."""
+    part = selector(names.REQUESTS_TOTAL, [eq(names.OUTCOME, outcome), *scope.matchers])
+    total = selector(names.REQUESTS_TOTAL, scope.matchers)
+    expr = (f"sum by ({by(MODEL_ROUTE)}) (rate({part}[{window}]))\n"
+            f"/ sum by ({by(MODEL_ROUTE)}) (rate({total}[{window}]))")
+    return _claim(expr, scope, names.REQUESTS_TOTAL, window)
+
+
+def quantile(q: float, family: names.Family, labels: Sequence[str], window: str,
+             matchers: Sequence[str] = (), offset: str = "") -> str:
+    """`histogram_quantile` of a family's classic buckets, aggregated by `labels`."""
+    shift = f" offset {offset}" if offset else ""
+    sel = selector(family.name + "_bucket", matchers)
+    return (f"histogram_quantile({num(q)}, sum by ({by([*labels, 'le'])}) "
+            f"(rate({sel}[{window}]{shift})))")
+
+
+# --- recording rule names ---------------------------------------------------------------------
+
+
+def sli_record(window_seconds: int) -> str:
+    """Name of the SLI error-ratio recording (labels: model, route, sli, slo)."""
+    return f"slo:sli_error:ratio_rate{duration(window_seconds)}"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names of the latency recording rules; nominal durations (from the unscaled config)."""
+
+    ttft_p99: str
+    ttft_p99_baseline: str
+    connect_p99: str
+    connect_p99_baseline: str
+    tenant_p99: str
+    tenant_p99_baseline: str
+    tenant_p99_rise: str
+    tenants_degraded_ratio: str
+
+    @classmethod
+    def of(cls, al: AlertingConfig) -> Names:
+        reg, ten = duration(REGRESSION_WINDOW), duration(TENANT_WINDOW)
+        reg_off = duration(al.regression_offset_seconds)
+        ten_off = duration(al.tenant_baseline_offset_seconds)
+        ttft, phase = names.TTFT.name, names.PHASE_FAMILY.name
+        return cls(
+            ttft_p99=f"model_route:{ttft}:p99_rate{reg}",
+            ttft_p99_baseline=f"model_route:{ttft}:p99_rate{reg}_offset{reg_off}",
+            connect_p99=f"model_route_phase:{phase}:p99_rate{reg}",
+            connect_p99_baseline=f"model_route_phase:{phase}:p99_rate{reg}_offset{reg_off}",
+            tenant_p99=f"model_route_tenant:{ttft}:p99_rate{ten}",
+            tenant_p99_baseline=f"model_route_tenant:{ttft}:p99_rate{ten}_offset{ten_off}",
+            tenant_p99_rise=f"model_route_tenant:{ttft}:p99_rate{ten}_vs_offset{ten_off}",
+            tenants_degraded_ratio=f"model_route:{ttft}:tenants_degraded_ratio",
+        )

@@ -1,0 +1,199 @@
+"""The hooks the SDK patches install: where an SDK call is seen, from entry to stream.
+
+* `start_hook` wraps a resource method (`chat.completions.create`, `messages.create`, ...) and
+  only stamps `start` (SDK method entered) into a ContextVar cell.
+* `request_hook` wraps the SDK client's `request()`, the one method every API call of the SDK
+  goes through (stream helpers, `with_raw_response`, `with_streaming_response` included). For an
+  LLM endpoint it creates the call (`SdkCall`) and makes it current while the SDK builds and
+  sends the request (its span too, so the SDK's own spans nest under it).
+* `build_request_hook` wraps the SDK's `_build_request()`: the request of the current call gets
+  the call itself as its httpx `trace` extension (httpx_trace.py). The user's `http_client` is
+  never replaced.
+* `stream_hook` wraps `Stream.__stream__` / `AsyncStream.__stream__`: the generator the SDK's
+  stream object iterates is wrapped by the token loops (tokens.py).
+
+The SDK patches (openai.py, anthropic.py) only say which endpoints are LLM calls and how to read
+their events (`SDK`, `Endpoint`). Nothing here raises into the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from contextvars import ContextVar
+from time import perf_counter_ns
+from typing import Any, Callable
+
+from .. import names, runtime
+from . import httpx_trace
+from .sdk_call import AsyncSdkCall, Endpoint, SdkCall
+from .tokens import async_tokens, sync_tokens
+
+#: Stamp of the resource method's entry, consumed by the `request()` it leads to.
+_START: ContextVar[list | None] = ContextVar("ttft_exporter_start", default=None)
+#: The call whose request the SDK is building and sending right now.
+_CURRENT: ContextVar["SdkCall | None"] = ContextVar("ttft_exporter_current", default=None)
+#: Set by `uninstrument()`: hooks still installed (e.g. under a later patch) pass through.
+enabled = [False]
+
+
+class SDK:
+    """What an SDK patch provides to the generic hooks."""
+
+    def __init__(self, name: str, endpoints: dict[str, Endpoint],
+                 provider: Callable[[Any], str]):
+        self.name = name
+        self.endpoints = endpoints
+        self.provider = provider
+
+
+def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | None:
+    endpoint = sdk.endpoints.get(getattr(options, "url", None))
+    if endpoint is None or str(getattr(options, "method", "")).lower() != "post":
+        return None
+    body = getattr(options, "json_data", None)
+    model = body.get("model") if isinstance(body, dict) else None
+    cell = _START.get()
+    start = None
+    if cell is not None and cell[0] is not None:
+        start, cell[0] = cell[0], None  # one method entry, one call
+    call = (AsyncSdkCall if is_async else SdkCall)(
+        model if isinstance(model, str) and model else names.UNKNOWN, sdk.provider(client),
+        endpoint, start)
+    call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
+        isinstance(body, dict) and body.get("stream"))
+    return call
+
+
+def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
+    """Wrap `SyncAPIClient.request` / `AsyncAPIClient.request`."""
+    if is_async:
+        @functools.wraps(original)
+        async def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any
+                          ) -> Any:
+            call = None
+            if enabled[0]:
+                try:
+                    call = _begin(sdk, self, options, True)
+                except Exception:
+                    runtime.count_drop()
+            if call is None:
+                if _CURRENT.get() is None:
+                    return await original(self, cast_to, options, *args, **kwargs)
+                token = _CURRENT.set(None)  # a request made while an LLM call is being sent
+                try:
+                    return await original(self, cast_to, options, *args, **kwargs)
+                finally:
+                    _CURRENT.reset(token)
+            token = _CURRENT.set(call)
+            span_token = call.activate()
+            try:
+                result = await original(self, cast_to, options, *args, **kwargs)
+            except BaseException as exc:
+                call.end(exc)
+                raise
+            finally:
+                _CURRENT.reset(token)
+                call.deactivate(span_token)
+            call.returned(result, bool(kwargs.get("stream")))
+            return result
+        return request
+
+    @functools.wraps(original)
+    def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+        call = None
+        if enabled[0]:
+            try:
+                call = _begin(sdk, self, options, False)
+            except Exception:
+                runtime.count_drop()
+        if call is None:
+            if _CURRENT.get() is None:
+                return original(self, cast_to, options, *args, **kwargs)
+            token = _CURRENT.set(None)  # a request made while an LLM call is being sent
+            try:
+                return original(self, cast_to, options, *args, **kwargs)
+            finally:
+                _CURRENT.reset(token)
+        token = _CURRENT.set(call)
+        span_token = call.activate()
+        try:
+            result = original(self, cast_to, options, *args, **kwargs)
+        except BaseException as exc:
+            call.end(exc)
+            raise
+        finally:
+            _CURRENT.reset(token)
+            call.deactivate(span_token)
+        call.returned(result, bool(kwargs.get("stream")))
+        return result
+    return request
+
+
+def client_hooks(base_client: Any, streaming: Any, sdk: SDK) -> list[tuple[type, str, Any]]:
+    """The hooks every SDK built on Stainless' base client needs (openai, anthropic)."""
+    return [
+        (base_client.SyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=False)),
+        (base_client.AsyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=True)),
+        (base_client.BaseClient, "_build_request", build_request_hook),
+        (streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
+        (streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
+    ]
+
+
+def build_request_hook(original: Callable) -> Callable:
+    """Wrap `BaseClient._build_request`: attach the current call as the trace extension."""
+    @functools.wraps(original)
+    def _build_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        request = original(self, *args, **kwargs)
+        call = _CURRENT.get()
+        if call is not None:
+            try:
+                call.attach_build(request)
+            except Exception:
+                call.count_drop()
+        return request
+    return _build_request
+
+
+def stream_hook(original: Callable, is_async: bool) -> Callable:
+    """Wrap `Stream.__stream__` / `AsyncStream.__stream__` (a generator function)."""
+    @functools.wraps(original)
+    def __stream__(self: Any) -> Any:
+        inner = original(self)
+        try:
+            call = httpx_trace.tracked_of(getattr(self, "response", None), SdkCall)
+            if call is None:
+                call = _CURRENT.get()
+            if call is not None and call.claim():
+                gen = async_tokens(inner, call) if is_async else sync_tokens(inner, call)
+                call.gen = weakref.ref(gen)
+                return gen
+        except Exception:
+            runtime.count_drop()
+        return inner
+    return __stream__
+
+
+def start_hook(original: Callable, is_async: bool) -> Callable:
+    """Wrap a resource method: stamp `start` when the SDK method is entered."""
+    if is_async:
+        @functools.wraps(original)
+        async def method(*args: Any, **kwargs: Any) -> Any:
+            token = _START.set([perf_counter_ns()])
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                _START.reset(token)
+        return method
+
+    @functools.wraps(original)
+    def method(*args: Any, **kwargs: Any) -> Any:
+        token = _START.set([perf_counter_ns()])
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _START.reset(token)
+    return method
+
+

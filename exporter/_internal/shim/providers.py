@@ -1,0 +1,85 @@
+"""The `provider` label of an SDK client: a short name (openai, azure, vllm, ...), never a URL.
+
+From the client's class (Azure, Bedrock, Vertex clients) or else its base URL host; cached per
+(class, host), so naming costs a dict lookup per call.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Sequence
+
+_KNOWN_HOSTS = {
+    "api.openai.com": "openai", "api.anthropic.com": "anthropic",
+    "api.deepseek.com": "deepseek", "api.groq.com": "groq", "api.together.xyz": "together",
+    "api.together.ai": "together", "api.fireworks.ai": "fireworks",
+    "openrouter.ai": "openrouter", "api.mistral.ai": "mistral", "api.x.ai": "xai",
+    "generativelanguage.googleapis.com": "google", "api.perplexity.ai": "perplexity",
+    "api.cerebras.ai": "cerebras", "integrate.api.nvidia.com": "nvidia",
+    "api.deepinfra.com": "deepinfra", "router.huggingface.co": "huggingface",
+}
+_SUFFIXES = ((".azure.com", "azure"), (".azure-api.net", "azure"),
+             (".amazonaws.com", "bedrock"), ("aiplatform.googleapis.com", "vertex"))
+_SERVERS = ("vllm", "sglang", "ollama", "llamacpp", "llama-cpp", "lmstudio", "litellm", "tgi",
+            "triton", "localai")
+_INTERNAL_TLDS = frozenset({"local", "internal", "lan", "localdomain", "corp", "home", "intranet",
+                            "cluster", "svc", "test", "localhost"})
+_SECOND_LEVEL = frozenset({"co", "com", "net", "org", "ac", "gov", "edu"})
+_NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
+
+
+def client_provider(client: Any, default: str, by_class: Sequence[tuple[str, str]],
+                    cache: dict[tuple[type, str], str]) -> str:
+    """The provider label of an SDK client: from its class name (`by_class`: substring ->
+    provider, e.g. azure, bedrock), else from its base URL host; cached per (class, host)."""
+    try:
+        host = client.base_url.host
+    except Exception:
+        host = ""
+    key = (type(client), host)
+    name = cache.get(key)
+    if name is None:
+        cls = type(client).__name__.lower()
+        name = next((n for part, n in by_class if part in cls), None) \
+            or provider_name(host, default)
+        if len(cache) < 1024:
+            cache[key] = name
+    return name
+
+
+def provider_name(host: str | None, default: str) -> str:
+    """A short provider name from the base URL host: never a URL, never a port.
+
+    Known API hosts map to their provider; hosts naming a serving engine (vllm, sglang, ...)
+    to that engine; loopback to "local"; other IP addresses to "ip"; internal DNS names
+    (`*.svc.cluster.local`, single labels) to their first label, the service; public names to
+    their registrable label (`llm.example.com` -> "example").
+    """
+    if not host:
+        return default
+    host = host.lower().strip("[]").rstrip(".")
+    if host in _KNOWN_HOSTS:
+        return _KNOWN_HOSTS[host]
+    for suffix, name in _SUFFIXES:
+        if host.endswith(suffix):
+            return name
+    for server in _SERVERS:
+        if server in host:
+            return server.replace("-", "")
+    if host == "localhost":
+        return "local"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return "local" if address.is_loopback else "ip"
+    labels = host.split(".")
+    if len(labels) == 1 or labels[-1] in _INTERNAL_TLDS or "svc" in labels:
+        pick = labels[0]
+    elif len(labels) >= 3 and labels[-2] in _SECOND_LEVEL:
+        pick = labels[-3]
+    else:
+        pick = labels[-2]
+    return _NOT_LABEL.sub("-", pick)[:32].strip("-") or default

@@ -1,0 +1,209 @@
+"""One SDK call from the request to its end: `SdkCall`, the `Call` the SDK patch measures.
+
+It is at the same time the httpx `trace` extension of the call's requests (httpx_trace.py stamps
+dispatched / connected / sent / headers, and reports the response being closed), and it knows
+its endpoint (`Endpoint`: what an SDK patch says about one API path: how to classify a stream
+event, where the usage is).
+
+A call ends exactly once (`end`): when its stream is exhausted (ok), raises (the exception is
+re-raised untouched by the stream wrapper; it only sets the outcome), is closed before its end or
+garbage-collected (abandoned), or when `request()` raises or returns a non-stream result. Nothing
+here raises into the caller: an internal failure is a counted drop.
+"""
+
+from __future__ import annotations
+
+import weakref
+from time import perf_counter_ns
+from typing import Any, Callable
+
+from .. import names
+from . import httpx_trace
+from .manual import Call
+
+#: httpx response classes (httpx2 for current SDKs, httpx for older ones), where importable.
+_RESPONSE_TYPES: tuple[type, ...] = ()
+for _module in ("httpx2", "httpx"):
+    try:
+        _RESPONSE_TYPES += (__import__(_module).Response,)
+    except Exception:  # pragma: no cover - depends on what is installed
+        pass
+
+_TRACED = httpx_trace.EVENTS
+
+#: Which specialised loop of tokens.py follows the first answer token of an endpoint.
+HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC = range(4)
+
+
+class Endpoint:
+    """What an SDK patch says about one LLM endpoint (one URL path)."""
+
+    __slots__ = ("classify", "final", "body_usage", "hot")
+
+    def __init__(self, classify: Callable[[Any, "SdkCall"], str | None],
+                 final: Callable[[Any, "SdkCall"], None],
+                 body_usage: Callable[[Any, "SdkCall"], None], hot: int = HOT_GENERIC):
+        #: classify(event, call) -> token kind or None (framing); may note usage/model.
+        self.classify = classify
+        #: final(last_event, call): usage and model from the stream's last event.
+        self.final = final
+        #: body_usage(parsed_or_json_body, call): usage and model of a non-stream response.
+        self.body_usage = body_usage
+        #: Which specialised loop follows the first answer token (HOT_*).
+        self.hot = hot
+
+
+def field(obj: Any, *path: str) -> Any:
+    """obj.a.b (pydantic objects) or obj["a"]["b"] (JSON bodies); None when absent."""
+    for name in path:
+        if obj is None:
+            return None
+        obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+    return obj
+
+
+class SdkCall(Call):
+    """One measured SDK call; also the httpx `trace` extension of its requests (sync flavour)."""
+
+    __slots__ = ("endpoint", "streaming", "claimed", "gen", "finalizer", "usage_seen",
+                 "complete", "__weakref__")
+
+    def __init__(self, model: str, provider: str, endpoint: Endpoint, start: int | None):
+        super().__init__(model, provider, None, None, start=start)
+        self.endpoint = endpoint
+        self.streaming = False  # `request()` returned a stream that has not ended yet
+        self.claimed = False
+        self.gen: weakref.ref | None = None  # our stream wrapper, to tell if it is running
+        self.finalizer: weakref.finalize | None = None
+        self.usage_seen: dict[str, Any] | None = None  # scratch for SDKs that spread usage
+        #: The response's own end was seen (finish_reason, response.completed, message_stop):
+        #: closing the stream after it, without reading the trailing framing, is not abandoning.
+        self.complete = False
+
+    # httpx trace extension (httpcore / httpcore2 call it with each connection event).
+    def __call__(self, name: str, info: dict) -> None:
+        if name in _TRACED:  # about half of the events stamp nothing
+            self.on_trace(name)
+
+    def on_trace(self, name: str) -> None:
+        try:
+            if httpx_trace.stamp(self.timeline, name) and self.streaming \
+                    and not self._finished:
+                self._closed()
+        except Exception:
+            self.count_drop()
+
+    def _closed(self) -> None:
+        """The response was closed. Mid-iteration it is the SDK ending its own stream (the
+        wrapper ends the call); otherwise the caller closed it before its end."""
+        ref = self.gen
+        gen = ref() if ref is not None else None
+        if gen is not None and (getattr(gen, "gi_running", False)
+                                or getattr(gen, "ag_running", False)):
+            return
+        if not self.claimed and self.finalizer is not None:
+            # No SDK stream read it. A caller reading the body itself
+            # (`with_streaming_response` + `iter_lines()`) ends the call, tokens unseen.
+            held = self.finalizer.peek()
+            if held is not None and getattr(held[0], "is_stream_consumed", False):
+                self.end(None)
+                return
+        self.end(None, abandoned=True)
+
+    # lifecycle
+    def attach_build(self, request: Any) -> None:
+        """A request (first attempt or a retry) of this call was built."""
+        t = self.timeline
+        t.dispatched = t.connected = t.sent = t.headers = None
+        httpx_trace.attach(request, self)
+        self.inject(request.headers)
+        self.span_attributes[names.ATTR_SERVER_ADDRESS] = request.url.host
+
+    def claim(self) -> bool:
+        """True once: the first stream iterator built over this call's response is ours."""
+        if self.claimed or self._finished:
+            return False
+        self.claimed = True
+        return True
+
+    def returned(self, result: Any, stream: bool) -> None:
+        """`request()` returned `result`: a stream to follow, or a complete response."""
+        try:
+            now = perf_counter_ns()
+            if self._finished:
+                return
+            t = self.timeline
+            if stream:
+                if t.headers is None:
+                    # No trace events (a transport that is not httpcore): the headers were read
+                    # by the time a stream is handed back.
+                    t.headers = now
+                self.streaming = True
+                anchor = getattr(result, "response", None)
+                if not isinstance(anchor, _RESPONSE_TYPES):
+                    anchor = getattr(result, "http_response", None)
+                if anchor is not None:
+                    fin = self.finalizer = weakref.finalize(anchor, _collected, self)
+                    fin.atexit = False  # nothing to record while the interpreter exits
+                return
+            # Not streamed. The first token reaches the caller when the body is parsed, which
+            # is now; the server and prefill phases do not exist apart (they need a stream),
+            # so the headers stamp is dropped and only the network phases remain.
+            t.headers = None
+            raw = getattr(result, "http_response", None)
+            if raw is None:
+                self.endpoint.body_usage(result, self)
+                t.first_token = t.first_answer_token = now
+            elif raw.is_closed:  # with_raw_response: the body is read, not yet parsed
+                try:
+                    self.endpoint.body_usage(raw.json(), self)
+                except Exception:
+                    pass
+                t.first_token = t.first_answer_token = now
+            # else with_streaming_response: the body is read later by the caller; no TTFT.
+            self.end(None, at=now)
+        except Exception:
+            self.count_drop()
+            self.end(None)
+
+    def end(self, exc: BaseException | None, abandoned: bool = False,
+            at: int | None = None) -> None:
+        """End the call once, however it ended. Never raises."""
+        if self._finished:
+            return
+        now = perf_counter_ns() if at is None else at
+        try:
+            if abandoned and not self.complete:
+                self.abandon()
+            fin = self.finalizer
+            if fin is not None:
+                self.finalizer = None
+                fin.detach()
+        except Exception:
+            self.count_drop()
+        self.finish(exc, end=now)
+
+    def finish_stream(self, last: Any) -> None:
+        """The stream was read to its end."""
+        try:
+            if last is not None:
+                self.endpoint.final(last, self)
+        except Exception:
+            self.count_drop()
+        self.end(None)
+
+
+class AsyncSdkCall(SdkCall):
+    """The async flavour: httpcore awaits what the trace extension returns."""
+
+    __slots__ = ()
+
+    async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
+        if name in _TRACED:
+            self.on_trace(name)
+
+
+def _collected(call: SdkCall) -> None:
+    """The response was garbage-collected before the call ended (never read, never closed)."""
+    call.finalizer = None
+    call.end(None, abandoned=True)
