@@ -7,7 +7,11 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 import exporter
 from exporter._internal import names, runtime
+from exporter._internal.config import load
+from exporter._internal.exposition import Renderer
+from exporter._internal.recorder import Recorder
 from exporter._internal.timeline import CallTimeline
+from tests.support.clock import ManualClock
 
 MS = 1_000_000
 
@@ -64,17 +68,25 @@ def test_slo_threshold_is_an_exact_le_boundary():
 
 
 def test_window_quantiles_are_served_and_expire():
-    runtime.configure({"window": {"seconds": 0.3, "slices": 3}})
-    for ms in range(100, 1100, 10):  # 100 values, 100 ms .. 1090 ms
-        record(ttft_ms=ms)
-    text = runtime.state().renderer.render().decode()
+    clock = ManualClock()
+    rec = Recorder(load({"window": {"seconds": 0.3, "slices": 3}}), clock)
+    renderer = Renderer(rec)
+    for ms in range(100, 1100, 10):  # 100 values, 100 ms .. 1090 ms, ending now
+        t = CallTimeline(start=clock.now_ns - ms * MS, model="m", route="r", tenant="t",
+                         provider="p")
+        t.token(clock.now_ns)
+        t.end = clock.now_ns
+        rec.record_call(t)
+    text = renderer.render().decode()
     p50 = [l for l in text.splitlines()
            if l.startswith(names.TTFT.window_name) and 'quantile="0.5"' in l]
     assert len(p50) == 1
     value = float(p50[0].split()[-1])
     assert abs(value - 0.59) / 0.59 < 0.01  # exact to HDR precision (2 digits)
-    time.sleep(0.35)
-    text = runtime.state().renderer.render().decode()
+    clock.advance(0.2)  # two slices later: the calls' slice is still in the window
+    assert names.TTFT.window_name + "{" in renderer.render().decode()
+    clock.advance(0.15)  # past the window
+    text = renderer.render().decode()
     assert names.TTFT.window_name + "{" not in text
     assert names.TTFT.name + "_count{" in text  # the cumulative histogram stays
 

@@ -92,13 +92,16 @@ async def test_async_track_cancel_and_task_context():
         tenants = await asyncio.gather(*(one(f"t{i}") for i in range(20)))
     assert tenants == [f"t{i}" for i in range(20)]
 
+    inside = asyncio.Event()
+
     async def cancelled():
         async with exporter.track(model="m", route="r") as call:
             cancelled.call = call
-            await asyncio.sleep(10)
+            inside.set()
+            await asyncio.Event().wait()  # until cancelled
 
     task = asyncio.create_task(cancelled())
-    await asyncio.sleep(0.01)
+    await inside.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -113,6 +114,30 @@ class Serve:
         return err
 
 
+class Lines:
+    """A pipe read on a thread, line by line: a test can wait for a line, then read it all."""
+
+    def __init__(self, stream):
+        self._lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: any(text in l for l in self._lines), timeout)
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return "".join(self._lines)
+
+
 def values_for_workers(seed: int = 11) -> list[list[int]]:
     rng = random.Random(seed)
     return [[int(rng.lognormvariate(12.8, 1.1)) + 1 for _ in range(CALLS)]
@@ -182,6 +207,7 @@ def test_aggregator_killed_and_restarted_mid_run_loses_nothing(tmp_path):
     serve = Serve(config, port)
     values = values_for_workers(12)
     master = start_master(tmp_path, serve.base, values, pace=0.004)
+    errors = Lines(master.stderr)
     try:
         deadline = time.monotonic() + 20
         seen = 0.0
@@ -192,12 +218,13 @@ def test_aggregator_killed_and_restarted_mid_run_loses_nothing(tmp_path):
             time.sleep(0.05)
         assert 0 < seen < WORKERS * CALLS, seen
         serve.stop(signal.SIGKILL)  # no final snapshot: the journal must carry the rest
-        time.sleep(0.7)  # the workers fail, keep their deltas, back off
+        # the aggregator stays down until a worker failed to push (it keeps its deltas)
+        assert errors.wait_for("cannot push to", 30), errors.text()
         serve = Serve(config, port)
         restored = calls(serve.metrics())
         assert restored >= seen  # Prometheus sees no counter reset
-        out, err = master.communicate(timeout=90)
-        assert master.returncode == 0, out + err
+        master.wait(timeout=90)
+        assert master.returncode == 0, master.stdout.read() + errors.text()
         check_exact(serve.metrics(), values, window=False)
         # and a SIGTERM restart (final snapshot, empty journal) keeps the totals too
         assert "Traceback" not in serve.stop()

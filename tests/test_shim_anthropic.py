@@ -188,7 +188,7 @@ async def test_async_stream_helper_cancel_and_concurrency(server, recorded):
             pass
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # the scenario: the caller gives up mid-stream
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

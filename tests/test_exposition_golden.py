@@ -1,0 +1,125 @@
+"""Golden bytes: the exposition of one known call, written out by hand from the formats'
+specifications (Prometheus text format 0.0.4 and OpenMetrics 1.0), not produced by a renderer.
+
+The call: model m, provider p, route r, tenant t; first (answer) token 50 ms after the start,
+end at 80 ms, traced (trace id abc); no phases stamped but `decode` (first answer token to last
+token: 0 s). Buckets 0.1 s and 1 s (every SLO threshold set to 1 s, so no other boundary), one
+window quantile (p50). The recorder's clock stands at Unix time 1700000000 (the exemplars' time).
+
+Window p50 values are HDR's highest equivalent value of the one recorded value's bucket (2
+significant digits: 128 sub-buckets per octave): 50,000 µs lies in [32,768, 65,536), buckets of
+256 µs, so in [49,920, 50,175] -> 0.050175 s; 80,000 µs lies in [65,536, 131,072), buckets of
+512 µs, so in [79,872, 80,383] -> 0.080383 s.
+"""
+
+from __future__ import annotations
+
+from exporter._internal.config import load
+from exporter._internal.exposition import Renderer
+from exporter._internal.recorder import Recorder
+from exporter._internal.timeline import CallTimeline
+from tests.support.clock import ManualClock
+
+LABELS = 'model="m",provider="p",route="r",tenant="t"'
+TTFT = "llm_client_time_to_first_token_seconds"
+WINDOW = "llm_client_time_to_first_token_window_seconds"
+PHASE = "llm_client_phase_seconds"
+
+
+def rendered(openmetrics: bool) -> dict[str, str]:
+    """The body split into family blocks, by family name (the name on its HELP line)."""
+    clock = ManualClock()
+    config = load({"histograms": {"seconds_buckets": [0.1, 1.0], "token_buckets": [100]},
+                   "slos": [{"ttft": {"threshold_seconds": 1.0},
+                             "first_answer_token": {"threshold_seconds": 1.0},
+                             "stall": {"threshold_seconds": 1.0}}],
+                   "window": {"quantiles": [0.5]}})
+    rec = Recorder(config, clock)
+    t = CallTimeline(start=clock.now_ns - 80_000_000, model="m", provider="p", route="r",
+                     tenant="t", trace_id="abc")
+    t.token(t.start + 50_000_000)
+    t.end = t.start + 80_000_000
+    t.outcome = "ok"
+    rec.record_call(t)
+    body = Renderer(rec).render(openmetrics).decode()
+    blocks = {}
+    for block in body.split("# HELP ")[1:]:
+        blocks[block.split(" ", 1)[0]] = "# HELP " + block
+    return blocks
+
+
+def test_text_format_golden_bytes():
+    blocks = rendered(openmetrics=False)
+    assert blocks[TTFT] == (
+        f"# HELP {TTFT} Time from the SDK call to the first output token of any kind.\n"
+        f"# TYPE {TTFT} histogram\n"
+        f'{TTFT}_bucket{{le="0.1",{LABELS}}} 1.0\n'
+        f'{TTFT}_bucket{{le="1.0",{LABELS}}} 1.0\n'
+        f'{TTFT}_bucket{{le="+Inf",{LABELS}}} 1.0\n'
+        f"{TTFT}_count{{{LABELS}}} 1.0\n"
+        f"{TTFT}_sum{{{LABELS}}} 0.05\n")
+    assert blocks[WINDOW] == (
+        f"# HELP {WINDOW} Quantiles of {TTFT} over the last 60.0 s, exact to HDR precision; "
+        f"count and sum are cumulative.\n"
+        f"# TYPE {WINDOW} summary\n"
+        f'{WINDOW}{{model="m",provider="p",quantile="0.5",route="r",tenant="t"}} 0.050175\n'
+        f"{WINDOW}_count{{{LABELS}}} 1.0\n"
+        f"{WINDOW}_sum{{{LABELS}}} 0.05\n")
+    decode = 'model="m",phase="decode",provider="p",route="r"'  # no tenant on phases
+    assert blocks[PHASE] == (
+        f"# HELP {PHASE} Time spent in each phase of the call (queue, connect, send, server, "
+        f"prefill, reasoning, decode).\n"
+        f"# TYPE {PHASE} histogram\n"
+        f'{PHASE}_bucket{{le="0.1",{decode}}} 1.0\n'
+        f'{PHASE}_bucket{{le="1.0",{decode}}} 1.0\n'
+        f'{PHASE}_bucket{{le="+Inf",{decode}}} 1.0\n'
+        f"{PHASE}_count{{{decode}}} 1.0\n"
+        f"{PHASE}_sum{{{decode}}} 0.0\n")
+    assert blocks["llm_client_inter_token_latency_seconds"] == (  # an empty family
+        "# HELP llm_client_inter_token_latency_seconds Each gap between consecutive token "
+        "events after the first.\n"
+        "# TYPE llm_client_inter_token_latency_seconds histogram\n")
+    assert blocks["llm_client_requests_total"] == (
+        "# HELP llm_client_requests_total LLM calls by outcome (ok, error, cancelled, timeout, "
+        "abandoned).\n"
+        "# TYPE llm_client_requests_total counter\n"
+        'llm_client_requests_total{model="m",outcome="ok",provider="p",route="r",tenant="t"} '
+        "1.0\n")
+    assert blocks["ttft_exporter_series"] == (  # TTFT, first answer, duration, decode phase
+        "# HELP ttft_exporter_series Histogram series held by this exporter.\n"
+        "# TYPE ttft_exporter_series gauge\n"
+        "ttft_exporter_series 4.0\n")
+    assert blocks["ttft_exporter_dropped_total"] == (
+        "# HELP ttft_exporter_dropped_total Values or series not recorded, by reason.\n"
+        "# TYPE ttft_exporter_dropped_total counter\n"
+        'ttft_exporter_dropped_total{reason="series_limit"} 0.0\n'
+        'ttft_exporter_dropped_total{reason="bad_value"} 0.0\n'
+        'ttft_exporter_dropped_total{reason="bad_label"} 0.0\n'
+        'ttft_exporter_dropped_total{reason="internal_error"} 0.0\n')
+    assert "trace_id" not in "".join(blocks.values())  # exemplars are OpenMetrics only
+
+
+def test_openmetrics_golden_bytes():
+    blocks = rendered(openmetrics=True)
+    # the exemplar of the bucket the value fell in: trace id, value, Unix time
+    assert blocks[TTFT] == (
+        f"# HELP {TTFT} Time from the SDK call to the first output token of any kind.\n"
+        f"# TYPE {TTFT} histogram\n"
+        f'{TTFT}_bucket{{le="0.1",{LABELS}}} 1.0 # {{trace_id="abc"}} 0.05 1700000000.0\n'
+        f'{TTFT}_bucket{{le="1.0",{LABELS}}} 1.0\n'
+        f'{TTFT}_bucket{{le="+Inf",{LABELS}}} 1.0\n'
+        f"{TTFT}_count{{{LABELS}}} 1.0\n"
+        f"{TTFT}_sum{{{LABELS}}} 0.05\n")
+    # a counter's family name has no _total in OpenMetrics; its sample keeps it
+    assert blocks["llm_client_requests"] == (
+        "# HELP llm_client_requests LLM calls by outcome (ok, error, cancelled, timeout, "
+        "abandoned).\n"
+        "# TYPE llm_client_requests counter\n"
+        'llm_client_requests_total{model="m",outcome="ok",provider="p",route="r",tenant="t"} '
+        "1.0\n")
+    last = blocks["ttft_exporter_scrape_duration_seconds"]
+    assert last.startswith("# HELP ttft_exporter_scrape_duration_seconds Time the previous "
+                           "scrape of this exporter took to render.\n"
+                           "# TYPE ttft_exporter_scrape_duration_seconds gauge\n"
+                           "ttft_exporter_scrape_duration_seconds ")
+    assert last.endswith("\n# EOF\n")  # the body ends with the EOF marker
