@@ -1,7 +1,7 @@
 """Issue #5 figures: aggregator CPU for 64 pushing workers, push payload bytes per series.
 
 The workers are simulated in-process: 64 recorders fed calls with the demo's label cardinality
-(3 models × 3 routes × 20 Zipf-popular tenants × 2 providers, DESIGN §4 label sets) and the
+(3 models × 3 routes × 20 Zipf-popular tenants × 2 providers, the label sets of docs/metrics.md) and the
 demo's shapes (reasoning model, token streams, phases), each drained and encoded as its flusher
 would. The aggregator is the real one (`create_app` + `Aggregator`) on a loopback port; the CPU
 it spends is read from its server thread's own CPU clock while the 64 bodies of one 5-second

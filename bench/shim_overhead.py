@@ -540,7 +540,7 @@ def run(quick: bool) -> list[str]:
     runs = 3 if quick else 15
     chunks = 200 if quick else CHUNKS
     modes = _Mode()
-    lines = [f"openai {_version('openai')}; goal (DESIGN §5): ≤ 200 ns added per chunk, "
+    lines = [f"openai {_version('openai')}; goal: ≤ 200 ns added per chunk, "
              "≤ 20 µs per call.", ""]
     lines += stream_consumption(modes, runs, chunks) + [""]
     lines += wrapper_alone(runs * 3, chunks) + [""]

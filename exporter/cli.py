@@ -31,11 +31,11 @@ def _serve(args: argparse.Namespace) -> int:
     aggregator = Aggregator(config)  # restores the snapshot, if any
     runtime.become_aggregator(config, aggregator.recorder, aggregator.families)
     tune_gc()
-    if not aggregator.push_token and addr not in ("127.0.0.1", "::1", "localhost"):
+    if not aggregator.access.push_token and addr not in ("127.0.0.1", "::1", "localhost"):
         print(f"ttft-exporter serve: /push accepts unauthenticated pushes on {addr}; set "
               f"aggregator.push_token_file", file=sys.stderr)
     serve_until_signalled(addr, port, create_app(aggregator=aggregator),
-                          aggregator.ssl_context())
+                          aggregator.access.ssl_context())
     return 0
 
 

@@ -436,7 +436,7 @@ def test_tls_serves_metrics_and_takes_pushes(tmp_path):
     agg = Aggregator(config, target)
     renderer = Renderer(target, agg.families)
     server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0,
-                            agg.ssl_context()).start()
+                            agg.access.ssl_context()).start()
     try:
         assert server.url.startswith("https://")
         base = f"https://127.0.0.1:{server.port}"
@@ -468,7 +468,7 @@ def test_serve_refuses_unusable_secrets_and_certificates(tmp_path):
     config = Config(aggregator=AggregatorConfig(tls_cert_file=str(tmp_path / "bad.pem"),
                                                 tls_key_file=str(tmp_path / "bad.pem")))
     with pytest.raises(ConfigError):
-        Aggregator(config, Recorder()).ssl_context()
+        Aggregator(config, Recorder()).access.ssl_context()
 
 
 def test_config_sections_are_validated_with_key_paths():

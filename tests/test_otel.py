@@ -8,6 +8,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from exporter._internal import names, otel
 from exporter._internal.config import Config
 from exporter._internal.timeline import CallTimeline, derive
+from exporter.integrations import genai_views
 
 MS = 1_000_000
 
@@ -85,7 +86,7 @@ def test_nothing_without_an_sdk_tracer_provider(monkeypatch):
 def test_genai_metrics_with_slo_aligned_buckets(monkeypatch):
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader],
-                             views=otel.genai_views(Config().seconds_buckets()))
+                             views=genai_views(Config().seconds_buckets()))
     monkeypatch.setattr(otel.metrics, "get_meter_provider", lambda: provider)
     t = timeline()
     t.outcome = names.OK

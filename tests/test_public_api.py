@@ -1,12 +1,31 @@
+import types
+
 import exporter
+import exporter.integrations
 
 
 def test_public_surface_is_pinned():
-    import types
-
     public = sorted(name for name in dir(exporter) if not name.startswith("_")
                     and not isinstance(getattr(exporter, name), types.ModuleType))
     assert public == sorted(exporter.__all__)
     assert all(callable(getattr(exporter, name)) for name in public)
     assert exporter.__all__ == ["collector", "configure", "instrument", "labels",
                                 "start_http_server", "track", "uninstrument"]
+
+
+def test_integrations_surface_is_pinned():
+    integrations = exporter.integrations
+    public = sorted(name for name in dir(integrations) if not name.startswith("_"))
+    assert public == sorted(integrations.__all__)
+    assert integrations.__all__ == ["ASGIMiddleware", "Config", "ConfigError",
+                                    "aiohttp_middleware", "aiohttp_trace_config", "genai_views",
+                                    "httpx_trace", "load_config", "route_from_scope"]
+    assert all(callable(getattr(integrations, name)) for name in integrations.__all__)
+
+
+def test_no_public_module_but_the_two():
+    """Everything else is private: the package's only public modules are these."""
+    import pkgutil
+
+    modules = {m.name for m in pkgutil.iter_modules(exporter.__path__)}
+    assert {m for m in modules if not m.startswith("_")} == {"cli", "integrations"}

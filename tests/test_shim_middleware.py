@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import exporter
 from exporter._internal import names
-from exporter._internal.shim.aiohttp_trace import trace_config
-from exporter._internal.shim.middleware import ASGIMiddleware, aiohttp_middleware
+from exporter.integrations import ASGIMiddleware, aiohttp_middleware
+from exporter.integrations import aiohttp_trace_config as trace_config
 from exporter._internal.timeline import derive
 from tests.test_shim_support import instrumented, recorded, script, server  # noqa: F401
 

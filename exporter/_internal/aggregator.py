@@ -27,24 +27,18 @@ serves, with the self-metrics below rendered after the recorder's families.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hmac
 import logging
-import os
-import ssl
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from . import names, wire
-from .config import Config, ConfigError
+from .access import Access
+from .config import Config
 from .journal import StateFiles
-from .push import ENV_TOKEN
 from .recorder import Recorder
 from .wire import Delta, PushError
 
@@ -80,17 +74,6 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def read_secret(path: str, key: str) -> str:
-    """The stripped content of a secret file named in the config; ConfigError when unusable."""
-    try:
-        value = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as e:
-        raise ConfigError("config", [(key, f"cannot read {path}: {e.strerror or e}")]) from None
-    if not value:
-        raise ConfigError("config", [(key, f"{path} is empty")])
-    return value
-
-
 class Aggregator:
     """Receives worker pushes into its recorder (new, or the one given)."""
 
@@ -100,14 +83,7 @@ class Aggregator:
         self.config = config
         self.recorder = recorder = recorder if recorder is not None else Recorder(config)
         self.clock = clock
-        self.push_token = (read_secret(agg.push_token_file, "aggregator.push_token_file")
-                           if agg.push_token_file else os.environ.get(ENV_TOKEN, "").strip())
-        self.metrics_token = (read_secret(agg.metrics_token_file, "aggregator.metrics_token_file")
-                              if agg.metrics_token_file else "")
-        self.metrics_basic: tuple[str, str] | None = None
-        if agg.metrics_username:
-            self.metrics_basic = (agg.metrics_username, read_secret(
-                agg.metrics_password_file, "aggregator.metrics_password_file"))
+        self.access = Access(config)  # reads the secrets: ConfigError when unusable
         self.rejected = {reason: 0 for reason in names.REJECT_REASONS}
         self.batches = {result: 0 for result in names.PUSH_RESULTS}
         self.lost_batches = 0
@@ -127,33 +103,6 @@ class Aggregator:
         self._last_snapshot = clock()
         if self.files is not None:
             self.restore()
-
-    # --- auth ---------------------------------------------------------------------------------
-
-    def push_authorized(self, authorization: str) -> bool:
-        if not self.push_token:
-            return True
-        return _bearer_matches(authorization, self.push_token)
-
-    def metrics_authorized(self, authorization: str) -> bool:
-        if not self.metrics_token and self.metrics_basic is None:
-            return True
-        if self.metrics_token and _bearer_matches(authorization, self.metrics_token):
-            return True
-        if self.metrics_basic is not None and authorization[:6].lower() == "basic ":
-            try:
-                user, _, password = base64.b64decode(authorization[6:].strip(), validate=True
-                                                     ).decode("utf-8").partition(":")
-            except (binascii.Error, UnicodeDecodeError):
-                return False
-            want_user, want_password = self.metrics_basic
-            user_ok = hmac.compare_digest(user.encode(), want_user.encode())
-            return hmac.compare_digest(password.encode(), want_password.encode()) and user_ok
-        return False
-
-    def metrics_challenge(self) -> str:
-        return 'Basic realm="ttft-exporter"' if self.metrics_basic else \
-            'Bearer realm="ttft-exporter"'
 
     # --- receiving ------------------------------------------------------------------------------
 
@@ -289,7 +238,7 @@ class Aggregator:
     async def handle_push(self, request: web.Request) -> web.Response:
         """POST /push."""
         try:
-            if not self.push_authorized(request.headers.get("Authorization", "")):
+            if not self.access.push_authorized(request.headers.get("Authorization", "")):
                 status, answer = self.reject(names.REJECT_UNAUTHORIZED,
                                              "missing or wrong bearer token")
                 return web.json_response(answer, status=status, headers={
@@ -441,35 +390,6 @@ class Aggregator:
         if replayed:
             log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
                         self.files.journal_path)
-
-    # --- TLS ------------------------------------------------------------------------------------
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The server's TLS context from `tls_cert_file`/`tls_key_file`, or None for plain HTTP."""
-        return server_ssl_context(self.config)
-
-
-def server_ssl_context(config: Config) -> ssl.SSLContext | None:
-    agg = config.aggregator
-    if not agg.tls_cert_file:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(agg.tls_cert_file, agg.tls_key_file)
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError("config", [("aggregator.tls_cert_file",
-                                      f"cannot load {agg.tls_cert_file} and "
-                                      f"{agg.tls_key_file}: {getattr(e, 'strerror', None) or e}")]
-                          ) from None
-    return context
-
-
-def _bearer_matches(authorization: str, token: str) -> bool:
-    scheme, _, given = authorization.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
-                                                              token.encode())
-
 
 def _applied_map(value: Any) -> dict[str, int]:
     if not isinstance(value, list):

@@ -24,7 +24,7 @@ OTHER_TENANT = "__other__"
 #: Value used when a label is unknown (no ``labels()`` context, no model in the request).
 UNKNOWN = "unknown"
 
-# --- phases (DESIGN §4), in call order ------------------------------------------------------------
+# --- phases (docs/metrics.md), in call order --------------------------------------------------
 PHASES: tuple[str, ...] = ("queue", "connect", "send", "server", "prefill", "reasoning", "decode")
 
 # --- outcomes ------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ PUSH_APPLIED = "applied"
 PUSH_DUPLICATE = "duplicate"
 PUSH_RESULTS: tuple[str, ...] = (PUSH_APPLIED, PUSH_DUPLICATE)
 
-# --- OpenTelemetry GenAI names these map to (DESIGN §4) -------------------------------------------
+# --- OpenTelemetry GenAI names these map to (docs/tracing.md) -------------------------------------
 OTEL_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 OTEL_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
 OTEL_OPERATION_DURATION = "gen_ai.client.operation.duration"

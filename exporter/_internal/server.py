@@ -49,10 +49,10 @@ def create_app(renderer: Callable[[], Renderer] | None = None,
     get_renderer = renderer or (lambda: runtime.state().renderer)
 
     async def metrics(request: web.Request) -> web.Response:
-        if aggregator is not None and not aggregator.metrics_authorized(
+        if aggregator is not None and not aggregator.access.metrics_authorized(
                 request.headers.get("Authorization", "")):
             return web.Response(status=401, text="unauthorized\n", headers={
-                "WWW-Authenticate": aggregator.metrics_challenge()})
+                "WWW-Authenticate": aggregator.access.metrics_challenge()})
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         body = get_renderer().render(openmetrics)
         headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else

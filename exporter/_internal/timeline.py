@@ -1,7 +1,7 @@
 """The call timeline: monotonic stamps of one LLM call, and the metrics derived from it.
 
 The shim and the manual API only stamp (`time.perf_counter_ns()`) and count; every metric of
-DESIGN §4 is derived here by pure functions, once per call, so the per-chunk path stays a stamp
+docs/metrics.md is derived here by pure functions, once per call, so the per-chunk path stays a stamp
 and an append and the definitions live in one place. A stamp the client could not see stays
 None, and every quantity that needs it is then *not* derived (never a made-up zero).
 """
@@ -83,7 +83,7 @@ def gaps_us(token_times: list[int]) -> list[int]:
 
 
 def phases(t: CallTimeline) -> dict[str, int]:
-    """The phases of DESIGN §4 that both stamps of the call make known.
+    """The phases (docs/metrics.md) that both stamps of the call make known.
 
     `reasoning` is recorded only for calls that emitted reasoning tokens, and `decode` only once
     an answer token arrived: a call without reasoning has no reasoning phase, not a zero one.

@@ -1,7 +1,7 @@
 """A small, deterministic latency model of an LLM serving fleet.
 
 The demo provider uses it to produce the failure modes the exporter must make visible
-(DESIGN.md §1): prefill that grows with uncached input, a per-tenant prompt cache that goes
+(README.md, "Why"): prefill that grows with uncached input, a per-tenant prompt cache that goes
 cold when idle, reasoning that delays the first answer token, and a noisy neighbour whose huge
 prefill stalls every other stream of the same model. Queueing for the `slots` of a model is
 real (an asyncio.Semaphore in the provider), so only the timings of one admitted request are

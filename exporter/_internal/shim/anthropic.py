@@ -5,7 +5,7 @@ Same hooks as the openai patch (see openai.py and hooks.py): the client's `reque
 the `start` stamp. `messages.stream(...)` posts through `request()` when its context manager is
 entered, so it is measured from there.
 
-Token events (DESIGN §4): `content_block_delta` with a non-empty `text_delta` (content),
+Token events (docs/metrics.md): `content_block_delta` with a non-empty `text_delta` (content),
 `thinking_delta` (reasoning) or `input_json_delta` (tool arguments). `message_start`,
 `content_block_start`, `content_block_stop`, `signature_delta`, `citations_delta`,
 `message_delta`, `message_stop` are framing (`ping` never reaches us: the SDK drops it).

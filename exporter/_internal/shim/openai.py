@@ -7,7 +7,7 @@ included), `BaseClient._build_request` (httpx trace extension), `Stream.__stream
 `chat.completions` and `responses` (the `start` stamp). `chat.completions.stream()` and
 `responses.stream()` call `create`, so they are covered. See hooks.py for the mechanics.
 
-Token events (DESIGN §4): a chat chunk is a token when a choice's delta carries `content`,
+Token events (docs/metrics.md): a chat chunk is a token when a choice's delta carries `content`,
 `refusal`, tool-call or function-call `arguments` (kind tool), an audio transcript, or
 `reasoning_content` / `reasoning` (kind reasoning; vLLM, DeepSeek and other OpenAI-compatible
 servers). Role-only, empty and usage-only chunks are framing. A Responses event is a token when

@@ -23,7 +23,7 @@ from .sdk_call import HOT_ANTHROPIC, HOT_CHAT, HOT_GENERIC, HOT_RESPONSES, SdkCa
 
 
 def sync_tokens(inner: Any, call: SdkCall) -> Any:
-    """Yield every event of `inner` unchanged; stamp token events (DESIGN §4)."""
+    """Yield every event of `inner` unchanged; stamp token events (docs/metrics.md)."""
     t = call.timeline
     append = t.token_times.append
     classify = call.endpoint.classify
