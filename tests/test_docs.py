@@ -13,7 +13,8 @@ def defined_names() -> set[str]:
     out |= {f.window_name for f in names.HISTOGRAMS if f.name in {
         names.TTFT.name, names.FIRST_ANSWER.name, names.STALL.name, names.DURATION.name}}
     out |= {names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT, names.SELF_SERIES,
-            names.SELF_TENANT_FOLDS, names.SELF_DROPS, names.SELF_SCRAPE_DURATION}
+            names.SELF_TENANT_FOLDS, names.SELF_LABEL_FOLDS, names.SELF_DROPS,
+            names.SELF_SCRAPE_DURATION}
     out |= set(names.AGGREGATOR_SELF_METRICS)
     return out
 
@@ -24,7 +25,7 @@ def test_every_metric_is_documented_and_every_documented_metric_exists():
 
 
 def test_phases_outcomes_and_drop_reasons_are_documented():
-    for word in (*names.PHASES, *names.OUTCOMES, *names.DROP_REASONS):
+    for word in (*names.PHASES, *names.OUTCOMES, *names.DROP_REASONS, *names.LABEL_FOLDS):
         assert f"`{word}`" in DOC or f" {word}" in DOC, word
 
 

@@ -94,11 +94,6 @@ class Aggregator:
         #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
         self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
         self._gauge_totals: dict[tuple[str, ...], int] = {}
-        self._tenants: dict[tuple[str, str], set[str]] = {}
-        self._tenant_pos = {name: (state.label_names.index(names.MODEL),
-                                   state.label_names.index(names.ROUTE),
-                                   state.label_names.index(names.TENANT))
-                            for name, state in recorder.families.items() if state.has_tenant}
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self._last_snapshot = clock()
         if self.files is not None:
@@ -145,9 +140,7 @@ class Aggregator:
         if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
             return False
-        self._cap_tenants(delta)
-        self.recorder.absorb(delta.histograms, delta.exemplars, delta.requests,
-                             delta.tenant_folds, delta.dropped, window=window)
+        self.recorder.absorb(delta, window=window)
         self.applied.pop(worker, None)
         self.applied[worker] = delta.seq
         while len(self.applied) > self.config.aggregator.max_workers:
@@ -158,54 +151,12 @@ class Aggregator:
             else:
                 ttl = self.config.aggregator.gauge_ttl_seconds or max(3 * delta.interval,
                                                                       MIN_GAUGE_TTL)
-                self._set_gauges(worker, delta.in_flight, self.clock() + ttl)
+                self._set_gauges(worker, self.recorder.in_flight_rows(delta.in_flight),
+                                 self.clock() + ttl)
         self.lost_batches += delta.lost_batches
         self.push_failures += delta.push_failures
         self.batches[names.PUSH_APPLIED] += 1
         return True
-
-    def _cap_tenants(self, delta: Delta) -> None:
-        """Workers cap tenants each on their own: cap their union per (model, route) again."""
-        limit = self.config.labels.max_tenants
-        tenants = self._tenants
-
-        def capped(model: str, route: str, tenant: str) -> str:
-            seen = tenants.get((model, route))
-            if seen is None:
-                seen = tenants[(model, route)] = set()
-            if tenant in seen or tenant == names.OTHER_TENANT:
-                return tenant
-            if len(seen) < limit:
-                seen.add(tenant)
-                return tenant
-            return names.OTHER_TENANT
-
-        moved: list[tuple[tuple[str, tuple[str, ...]], tuple[str, ...]]] = []
-        for key in delta.histograms:
-            pos = self._tenant_pos.get(key[0])
-            if pos is not None:
-                values = key[1]
-                tenant = capped(values[pos[0]], values[pos[1]], values[pos[2]])
-                if tenant != values[pos[2]]:
-                    moved.append((key, values[:pos[2]] + (tenant,) + values[pos[2] + 1:]))
-        for key, values in moved:
-            hist = delta.histograms.pop(key)
-            exemplars = delta.exemplars.pop(key, None)
-            new_key = (key[0], values)
-            if new_key in delta.histograms:
-                delta.histograms[new_key].add(hist)
-            else:
-                delta.histograms[new_key] = hist
-            if exemplars:
-                delta.exemplars.setdefault(new_key, {}).update(exemplars)
-        folded = [(key, capped(key[0], key[3], key[4])) for key in delta.requests]
-        for key, tenant in folded:
-            if tenant != key[4]:
-                n = delta.requests.pop(key)
-                new_key = key[:4] + (tenant,)
-                delta.requests[new_key] = delta.requests.get(new_key, 0) + n
-                fold_key = (key[0], key[3])
-                delta.tenant_folds[fold_key] = delta.tenant_folds.get(fold_key, 0) + n
 
     def _set_gauges(self, worker: str, values: dict[tuple[str, ...], int] | None,
                     expires: float = 0.0) -> None:

@@ -53,7 +53,10 @@ class LabelConfig:
     tenant_allowlist: tuple[str, ...] = ()
     hash_salt: str = ""
     max_tenants: int = 100  # distinct tenants per (model, route); the rest fold into __other__
-    max_series: int = 20000  # global ceiling over all histogram series
+    max_series: int = 20000  # ceiling of every family's series (and of all tenant values)
+    max_models: int = 100  # distinct models; the rest fold into __other__
+    max_routes: int = 200  # distinct routes; the rest fold into __other__
+    max_providers: int = 32  # distinct providers; the rest fold into __other__
     max_label_length: int = 128
     #: Families that carry ``tenant`` besides the user-facing ones (names.Family.tenant_by_default).
     tenant_families: tuple[str, ...] = ()
@@ -363,8 +366,9 @@ def _check(config: Config, errors: list[tuple[str, str]]) -> None:
                        f"must be one of raw, hash, allowlist; got {lab.tenant_policy!r}"))
     if lab.max_tenants < 1:
         errors.append(("labels.max_tenants", "must be at least 1"))
-    if lab.max_series < 1:
-        errors.append(("labels.max_series", "must be at least 1"))
+    for key in ("max_series", "max_models", "max_routes", "max_providers"):
+        if getattr(lab, key) < 1:
+            errors.append((f"labels.{key}", "must be at least 1"))
     if lab.max_label_length < 8:
         errors.append(("labels.max_label_length", "must be at least 8"))
     for i, name in enumerate(lab.tenant_families):

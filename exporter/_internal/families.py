@@ -21,6 +21,8 @@ from .recorder import FamilyState, Recorder, Series
 _SELF_HELP = {
     names.SELF_SERIES: "Histogram series held by this exporter.",
     names.SELF_TENANT_FOLDS: "Calls whose tenant was folded into __other__ by the label guard.",
+    names.SELF_LABEL_FOLDS: "Calls whose model, route or provider (or, when a family reached "
+                            "max_series rows, whole label set) was folded into __other__.",
     names.SELF_DROPS: "Values or series not recorded, by reason.",
     names.SELF_SCRAPE_DURATION: "Time the previous scrape of this exporter took to render.",
 }
@@ -46,7 +48,7 @@ def window_quantiles(rec: Recorder, state: FamilyState, series: Series, current_
 
 def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
     """Requests, in-flight calls and the exporter's self-metrics."""
-    requests, in_flight, drops, folds, series_count = rec.counters()
+    requests, in_flight, drops, folds, series_count, label_folds = rec.counters()
     req = CounterMetricFamily(names.REQUESTS_TOTAL, REQUESTS_HELP,
                               labels=[names.MODEL, names.OUTCOME, names.PROVIDER, names.ROUTE,
                                       names.TENANT])
@@ -62,13 +64,17 @@ def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
                                labels=[names.MODEL, names.ROUTE])
     for key, value in folds.items():
         fold.add_metric(list(key), value)
+    label_fold = CounterMetricFamily(names.SELF_LABEL_FOLDS, _SELF_HELP[names.SELF_LABEL_FOLDS],
+                                     labels=[names.LABEL])
+    for label in names.LABEL_FOLDS:
+        label_fold.add_metric([label], label_folds.get(label, 0))
     drop = CounterMetricFamily(names.SELF_DROPS, _SELF_HELP[names.SELF_DROPS],
                                labels=[names.REASON])
     for reason, value in drops.items():
         drop.add_metric([reason], value)
     scrape = GaugeMetricFamily(names.SELF_SCRAPE_DURATION, _SELF_HELP[names.SELF_SCRAPE_DURATION],
                                value=scrape_seconds)
-    return [req, flight, series, fold, drop, scrape]
+    return [req, flight, series, fold, label_fold, drop, scrape]
 
 
 def render_family(family: Metric, openmetrics: bool) -> str:

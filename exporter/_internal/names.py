@@ -18,9 +18,16 @@ PHASE = "phase"
 OUTCOME = "outcome"
 QUANTILE = "quantile"
 REASON = "reason"
+LABEL = "label"
 
-#: Value a tenant folds into once its (model, route) holds ``max_tenants`` tenants.
+#: Value a label folds into past its cap (a tenant once its (model, route) holds
+#: ``max_tenants`` tenants; a model, route or provider past ``max_models`` / ``max_routes`` /
+#: ``max_providers``).
 OTHER_TENANT = "__other__"
+#: `label` of SELF_LABEL_FOLDS for a whole label set folded because its family reached
+#: ``max_series`` rows.
+FOLD_SERIES = "series"
+LABEL_FOLDS: tuple[str, ...] = (MODEL, ROUTE, PROVIDER, FOLD_SERIES)
 #: Value used when a label is unknown (no ``labels()`` context, no model in the request).
 UNKNOWN = "unknown"
 
@@ -130,6 +137,7 @@ REQUESTS_IN_FLIGHT = "llm_client_requests_in_flight"  # gauge; model, route, pro
 # --- self-metrics --------------------------------------------------------------------------------
 SELF_SERIES = "ttft_exporter_series"
 SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
+SELF_LABEL_FOLDS = "ttft_exporter_label_folds_total"  # {label}
 SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
 SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
 

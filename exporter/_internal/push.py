@@ -60,7 +60,8 @@ def drain(recorder: Recorder) -> Delta:
     taken = recorder.take()
     return Delta(histograms=dict(taken.histograms), exemplars=taken.exemplars,
                  requests=dict(taken.requests), in_flight=dict(taken.in_flight),
-                 tenant_folds=dict(taken.folds), dropped=taken.drops)
+                 tenant_folds=dict(taken.folds), label_folds=taken.label_folds,
+                 dropped=taken.drops)
 
 
 @dataclass

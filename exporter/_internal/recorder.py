@@ -40,8 +40,9 @@ from .exemplar import Exemplar
 from .guard import LabelGuard
 from .histogram import Histogram, WindowPart
 from .schema import Schema
-from .series import Addable, FamilyState, Series
+from .series import FamilyState, Series
 from .timeline import CallTimeline, Derived, derive
+from .wire import Delta
 
 US_PER_SECOND = names.US_PER_SECOND
 
@@ -58,8 +59,9 @@ class Counters(NamedTuple):
     requests: dict[tuple[str, str, str, str, str], int]  # model, outcome, provider, route, tenant
     in_flight: dict[tuple[str, str, str], int]  # model, provider, route
     drops: dict[str, int]  # reason -> count
-    folds: dict[tuple[str, str], int]  # (model, route) -> calls folded into __other__
+    folds: dict[tuple[str, str], int]  # (model, route) -> calls whose tenant folded
     series: int
+    label_folds: dict[str, int]  # label -> calls whose model, route, provider... folded
 
 
 class Taken(NamedTuple):
@@ -71,6 +73,7 @@ class Taken(NamedTuple):
     in_flight: dict[tuple[str, str, str], int]  # current values: a gauge
     folds: dict[tuple[str, str], int]
     drops: dict[str, int]
+    label_folds: dict[str, int]
 
 
 #: A call (or drop) queued because its thread held the lock: (timeline, in-flight key,
@@ -115,6 +118,7 @@ class Recorder:
         self.in_flight: dict[InFlightKey, int] = {}  # model, provider, route
         self.drops: dict[str, int] = {reason: 0 for reason in names.DROP_REASONS}
         self._dirty: set[Series] = set()
+        self._gauge_keys: set[InFlightKey] = set()  # aggregator: in-flight keys of all workers
 
     # --- the lock -----------------------------------------------------------------------------
 
@@ -165,7 +169,9 @@ class Recorder:
                 return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
             try:
                 guard = self.guard
-                key = (guard.clean(model), guard.clean(provider), guard.clean(route))
+                key = (guard.known(names.MODEL, model), guard.known(names.PROVIDER, provider),
+                       guard.known(names.ROUTE, route))
+                key = self._row(self.in_flight, key, (names.OTHER_TENANT,) * 3)  # type: ignore
                 self.in_flight[key] = self.in_flight.get(key, 0) + 1
                 return key
             finally:
@@ -206,16 +212,18 @@ class Recorder:
     def _finish_locked(self, t: CallTimeline, in_flight_key: InFlightKey | None,
                        d: Derived) -> None:
         if in_flight_key is not None and self.in_flight.get(in_flight_key, 0) > 0:
-            self.in_flight[in_flight_key] -= 1
+            self.in_flight[in_flight_key] -= 1  # an idle row stays, at 0 (its rows are bounded)
         self._record_locked(t, d)
 
     def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
-        model, provider, route = guard.clean(t.model), guard.clean(t.provider), \
-            guard.clean(t.route)
+        model, provider, route = guard.value(names.MODEL, t.model), \
+            guard.value(names.PROVIDER, t.provider), guard.value(names.ROUTE, t.route)
         tenant = guard.tenant(model, route, t.tenant)
         outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
-        key = (model, outcome, provider, route, tenant)
+        other = names.OTHER_TENANT
+        key = self._row(self.requests, (model, outcome, provider, route, tenant),
+                        (other, outcome, other, other, other))
         self.requests[key] = self.requests.get(key, 0) + 1
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
@@ -246,6 +254,16 @@ class Recorder:
             values = (model, phase, provider, route, tenant) if state.has_tenant else \
                 (model, phase, provider, route)
             observe(state, values, value, slice_id)
+
+    def _row(self, rows: dict, key: tuple[str, ...], overflow: tuple[str, ...],
+             count: int = 1) -> tuple[str, ...]:
+        """`key`, or `overflow` when `key` would be a new row past `labels.max_series` rows
+        (counted as a fold of the whole label set): every family stays bounded."""
+        if key in rows or len(rows) < self.config.labels.max_series:
+            return key
+        folds = self.guard.label_folds
+        folds[names.FOLD_SERIES] = folds.get(names.FOLD_SERIES, 0) + count
+        return overflow
 
     def _observe(self, state: FamilyState, values: tuple[str, ...], value: int,
                  slice_id: int) -> Series | None:
@@ -342,7 +360,8 @@ class Recorder:
             drops = dict(self.drops)
             drops[names.DROP_BAD_LABEL] += self.guard.bad_labels
             return Counters(dict(self.requests), dict(self.in_flight), drops,
-                            dict(self.guard.folds), self.series_count)
+                            dict(self.guard.folds), self.series_count,
+                            dict(self.guard.label_folds))
 
     # --- the store operations of the other process roles ----------------------------------------
 
@@ -370,6 +389,7 @@ class Recorder:
             for reason in drops:
                 self.drops[reason] = 0
             folds, self.guard.folds = self.guard.folds, {}
+            label_folds, self.guard.label_folds = self.guard.label_folds, {}
             bad_labels, self.guard.bad_labels = self.guard.bad_labels, 0
         if bad_labels:
             drops[names.DROP_BAD_LABEL] = drops.get(names.DROP_BAD_LABEL, 0) + bad_labels
@@ -381,46 +401,76 @@ class Recorder:
             histograms[key] = hist
             if exemplars:
                 exemplars_by_key[key] = exemplars
-        return Taken(histograms, exemplars_by_key, requests, in_flight, folds, drops)
+        return Taken(histograms, exemplars_by_key, requests, in_flight, folds, drops,
+                     label_folds)
 
-    def absorb(self, histograms: dict[tuple[str, tuple[str, ...]], Addable],
-               exemplars: dict[tuple[str, tuple[str, ...]], dict[int, Exemplar]],
-               requests: dict[tuple[str, ...], int], folds: dict[tuple[str, ...], int],
-               drops: dict[str, int], window: bool = True) -> None:
-        """Aggregator: add validated counts exactly (HDR add, straddles, sums, counters).
+    def absorb(self, delta: Delta, window: bool = True) -> None:
+        """Aggregator: add a validated delta exactly (HDR add, straddles, sums, counters).
 
-        With `window`, the histograms also feed the current window slice (receive time).
-        Series and counter rows beyond `labels.max_series` are dropped and counted.
+        Its label values pass this recorder's guard again (without the tenant policy, which the
+        worker applied): each worker caps its own values, the aggregator caps their union. With
+        `window`, the histograms also feed the current window slice (receive time). Series past
+        `labels.max_series` are dropped and counted; counter rows past it fold.
         """
         slice_id = self.current_slice() if window else None
         with self._held:
-            for (name, values), hist in histograms.items():
+            guard = self.guard
+            for (name, values), hist in delta.histograms.items():
                 state = self.families[name]
-                series = self._series(state, values)
+                series = self._series(state, self._relabel(state.label_names, values))
                 if series is None:
                     continue
                 series.add(hist, slice_id, self._keep)
-                theirs = exemplars.get((name, values)) if exemplars else None
+                theirs = delta.exemplars.get((name, values))
                 if theirs:
                     if series.exemplars is None:
                         series.exemplars = {}
                     exemplar.merge(series.exemplars, theirs)
-            limit = self.config.labels.max_series
-            self._add_rows(self.requests, requests, limit)  # type: ignore[arg-type]
-            self._add_rows(self.guard.folds, folds, limit, count=False)  # type: ignore[arg-type]
-            for reason, n in drops.items():
+            other = names.OTHER_TENANT
+            for (model, outcome, provider, route, tenant), n in delta.requests.items():
+                model, provider = guard.value(names.MODEL, model, n), \
+                    guard.value(names.PROVIDER, provider, n)
+                route = guard.value(names.ROUTE, route, n)
+                tenant = guard.tenant(model, route, tenant, policy=False, count=n)
+                key = self._row(self.requests, (model, outcome, provider, route, tenant),
+                                (other, outcome, other, other, other), n)
+                self.requests[key] = self.requests.get(key, 0) + n
+            for (model, route), n in delta.tenant_folds.items():
+                key = (guard.known(names.MODEL, model), guard.known(names.ROUTE, route))
+                guard.folds[key] = guard.folds.get(key, 0) + n
+            for label, n in delta.label_folds.items():
+                guard.label_folds[label] = guard.label_folds.get(label, 0) + n
+            for reason, n in delta.dropped.items():
                 self.drops[reason] = self.drops.get(reason, 0) + n
 
-    def _add_rows(self, into: dict[tuple[str, ...], int], rows: dict[tuple[str, ...], int],
-                  limit: int, count: bool = True) -> None:
-        """Add counter rows; a new row past `limit` rows is dropped (and counted, if `count`)."""
-        for key, n in rows.items():
-            if key in into:
-                into[key] += n
-            elif len(into) < limit:
-                into[key] = n
-            elif count:
-                self.drops[names.DROP_SERIES_LIMIT] += 1
+    def _relabel(self, label_names: tuple[str, ...], values: tuple[str, ...]
+                 ) -> tuple[str, ...]:
+        """A worker's label values through this guard (folds counted with the calls)."""
+        labels = dict(zip(label_names, values))
+        guard = self.guard
+        for label in (names.MODEL, names.ROUTE, names.PROVIDER):
+            labels[label] = guard.known(label, labels[label])
+        if names.TENANT in labels:
+            labels[names.TENANT] = guard.tenant(labels[names.MODEL], labels[names.ROUTE],
+                                                labels[names.TENANT], policy=False, count=0)
+        return tuple(labels[label] for label in label_names)
+
+    def in_flight_rows(self, rows: dict[tuple[str, ...], int]) -> dict[InFlightKey, int]:
+        """Aggregator: a worker's in-flight rows through this guard, at most `max_series`
+        distinct keys in all (the rest in one overflow row)."""
+        out: dict[InFlightKey, int] = {}
+        with self._held:
+            guard, keys = self.guard, self._gauge_keys
+            for (model, provider, route), n in rows.items():
+                key = (guard.known(names.MODEL, model), guard.known(names.PROVIDER, provider),
+                       guard.known(names.ROUTE, route))
+                if key not in keys:
+                    if len(keys) < self.config.labels.max_series:
+                        keys.add(key)
+                    else:
+                        key = (names.OTHER_TENANT,) * 3  # type: ignore[assignment]
+                out[key] = out.get(key, 0) + n
+        return out
 
     def set_in_flight(self, totals: dict[InFlightKey, int]) -> None:
         """Aggregator: the in-flight gauge is the sum of the live workers' latest values."""

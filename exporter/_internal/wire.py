@@ -14,8 +14,8 @@ inflate it before any size check; the aggregator refuses one), and inflates to o
      "exemplars": {family: [[series, le bucket, trace id, value, unix time], ...]},
      "requests": [[model, outcome, provider, route, tenant, n], ...],
      "in_flight": [[model, provider, route, n], ...],       (current values, not increments)
-     "tenant_folds": [[model, route, n], ...], "dropped": {reason: n},
-     "lost_batches": n, "push_failures": n}
+     "tenant_folds": [[model, route, n], ...], "label_folds": {label: n},
+     "dropped": {reason: n}, "lost_batches": n, "push_failures": n}
 
 Each series is four items of its family's flat list: a reference into `labels` (label tuples
 are shared by the families), its counts, count and sum; `series` in the side tables is its
@@ -98,6 +98,8 @@ class Delta:
     in_flight: dict[tuple[str, ...], int] = field(default_factory=dict)
     #: (model, route) -> calls whose tenant was folded into __other__
     tenant_folds: dict[tuple[str, ...], int] = field(default_factory=dict)
+    #: model / route / provider / series -> calls whose label (set) folded into __other__
+    label_folds: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     lost_batches: int = 0
     push_failures: int = 0
@@ -114,6 +116,7 @@ class Delta:
             exemplar.merge(self.exemplars.setdefault(key, {}), theirs)
         for mine_d, theirs_d in ((self.requests, later.requests),
                                  (self.tenant_folds, later.tenant_folds),
+                                 (self.label_folds, later.label_folds),
                                  (self.dropped, later.dropped)):
             for row, n in theirs_d.items():
                 mine_d[row] = mine_d.get(row, 0) + n
@@ -161,6 +164,7 @@ def payload(delta: Delta, layouts: dict[str, list[Any]]) -> dict[str, Any]:
         "requests": [[*k, n] for k, n in delta.requests.items() if n],
         "in_flight": [[*k, n] for k, n in delta.in_flight.items() if n],
         "tenant_folds": [[*k, n] for k, n in delta.tenant_folds.items() if n],
+        "label_folds": {label: n for label, n in delta.label_folds.items() if n},
         "dropped": {r: n for r, n in delta.dropped.items() if n},
         "lost_batches": delta.lost_batches, "push_failures": delta.push_failures,
     }
@@ -286,16 +290,22 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
             raise PushError(MALFORMED, f"unknown outcome {key[1][:40]!r}")
     _rows(doc.get("in_flight"), "in_flight", 3, max_len, delta.in_flight)
     _rows(doc.get("tenant_folds"), "tenant_folds", 2, max_len, delta.tenant_folds)
-    dropped = doc.get("dropped")
-    if not isinstance(dropped, dict):
-        raise PushError(MALFORMED, "dropped must be an object")
-    for reason, n in dropped.items():
-        if reason not in names.DROP_REASONS:
-            raise PushError(MALFORMED, f"unknown drop reason {str(reason)[:40]!r}")
-        delta.dropped[reason] = _count(n, "drop count")
+    _counts(doc.get("dropped"), "dropped", names.DROP_REASONS, delta.dropped)
+    # (absent from the pushes of releases that did not cap model, route and provider)
+    _counts(doc.get("label_folds", {}), "label_folds", names.LABEL_FOLDS, delta.label_folds)
     delta.lost_batches = _count(doc.get("lost_batches"), "lost_batches")
     delta.push_failures = _count(doc.get("push_failures"), "push_failures")
     return delta
+
+
+def _counts(value: Any, what: str, known: tuple[str, ...], into: dict[str, int]) -> None:
+    """An object of counts keyed by one of `known`."""
+    if not isinstance(value, dict):
+        raise PushError(MALFORMED, f"{what} must be an object")
+    for key, n in value.items():
+        if key not in known:
+            raise PushError(MALFORMED, f"{what}: unknown key {str(key)[:40]!r}")
+        into[key] = _count(n, f"{what} count")
 
 
 def _count(value: Any, what: str) -> int:

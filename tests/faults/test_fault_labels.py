@@ -1,0 +1,89 @@
+"""Faults: hostile or unbounded label values. Nothing unbounded, every call still counted."""
+
+from __future__ import annotations
+
+import exporter
+from exporter._internal import names, push, runtime, wire
+from exporter._internal.aggregator import Aggregator
+from exporter._internal.config import load
+from exporter._internal.exposition import Renderer
+from exporter._internal.guard import INVALID
+from exporter._internal.recorder import Recorder
+from exporter._internal.timeline import CallTimeline
+
+LIMITS = {"labels": {"max_series": 500, "max_models": 10, "max_routes": 20,
+                     "max_providers": 4, "max_tenants": 5}}
+
+
+class Unprintable:
+    """A label value whose str() raises (a lazy object, a broken __str__)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no string for you")
+
+
+def test_a_label_whose_str_raises_is_replaced_and_the_call_counted():
+    with exporter.labels(route=Unprintable(), tenant=Unprintable()):  # type: ignore[arg-type]
+        with exporter.track(model="m", provider="p") as call:
+            call.token()
+    counters = runtime.state().recorder.counters()
+    assert counters.requests == {("m", names.OK, "p", INVALID, INVALID): 1}
+    assert counters.drops[names.DROP_BAD_LABEL] == 2 and counters.drops[names.DROP_INTERNAL] == 0
+
+
+def call(rec: Recorder, i: int, model: str, route: str, tenant: str, provider: str = "p"):
+    key = rec.started(model, provider, route)
+    t = CallTimeline(start=0, model=model, provider=provider, route=route, tenant=tenant)
+    t.token(1_000_000 + i)
+    t.end = 2_000_000
+    t.outcome = names.OK
+    rec.record_call(t, key)
+
+
+def assert_bounded(rec: Recorder) -> None:
+    """The bounds of docs/metrics.md ("Memory and scrape bounds")."""
+    lab = rec.config.labels
+    counters = rec.counters()
+    assert counters.series <= lab.max_series
+    assert sum(len(s.series) for s in rec.families.values()) == counters.series
+    assert len(counters.requests) <= lab.max_series + len(names.OUTCOMES)
+    assert len(counters.in_flight) <= lab.max_series + 1
+    assert len({k[0] for k in counters.requests}) <= lab.max_models + 1
+    assert len({k[3] for k in counters.requests}) <= lab.max_routes + 1
+    assert len({k[2] for k in counters.requests}) <= lab.max_providers + 1
+    assert len(counters.folds) <= (lab.max_models + 1) * (lab.max_routes + 1)
+    guard = rec.guard
+    assert sum(len(v) for v in guard._seen.values()) <= \
+        lab.max_models + lab.max_routes + lab.max_providers
+    assert sum(len(v) for v in guard._tenants.values()) <= lab.max_series
+
+
+def test_hundreds_of_thousands_of_routes_models_and_tenants_stay_bounded():
+    rec = Recorder(load(LIMITS))
+    for i in range(50_000):  # every call a new model, route and tenant (a hostile provider)
+        call(rec, i, f"model-{i}", f"/route/{i}", f"tenant-{i}", provider=f"p{i % 9}")
+    assert_bounded(rec)
+    counters = rec.counters()
+    assert sum(counters.requests.values()) == 50_000  # every call counted, none dropped
+    assert counters.label_folds[names.MODEL] == 50_000 - 10
+    assert counters.label_folds[names.ROUTE] > 0 and counters.label_folds[names.PROVIDER] > 0
+    body = Renderer(rec).render()
+    assert len(body) < 4 * 2**20  # a bounded scrape (docs/metrics.md: a few MB at most)
+
+
+def test_the_aggregator_bounds_the_union_of_its_workers():
+    config = load(LIMITS)
+    agg = Aggregator(config)
+    for w in range(6):  # each worker within its own caps, their union far beyond them
+        worker = Recorder(config)
+        for i in range(300):
+            call(worker, i, f"w{w}m{i % 10}", f"w{w}r{i % 20}", f"w{w}t{i}")
+        worker.started(f"w{w}m0", "p", f"w{w}r0")  # a call in flight at each worker
+        delta = push.drain(worker)
+        delta.worker, delta.seq, delta.interval = f"w{w}", 1, 5.0
+        status, _ = agg.accept(wire.encode(delta, worker.schema.layouts()))
+        assert status == 200
+    assert_bounded(agg.recorder)
+    counters = agg.recorder.counters()
+    assert sum(counters.requests.values()) == 6 * 300
+    assert sum(counters.in_flight.values()) == 6
