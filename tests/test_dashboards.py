@@ -313,7 +313,8 @@ def test_end_to_end_every_query_and_rule_has_data_and_the_noisy_neighbour_alerts
     rules = [tmp_path / "alerts" / name for name in (RECORDING_FILE, ALERTING_FILE)]
     # Every request of the noisy tenant is a 40k-token document: 0.8 s of prefill that holds
     # every stream of the model (the demo's batch_block_tokens is 32k).
-    noisy = replace(LatencyModel.default(), noisy_probability=1.0, noisy_input_tokens=40_000)
+    noisy = replace(LatencyModel.default(), noisy_probability=1.0, noisy_input_tokens=40_000,
+                    batch_block_tokens=32_000)
     n = promql.Names.of(cfg.alerting)
     where = f'model="{NOISY_MODEL}", route="{NOISY_ROUTE}"'
     with ProviderServer(noisy) as provider:
