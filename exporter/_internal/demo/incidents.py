@@ -44,8 +44,8 @@ class Knobs:
     #: noisy_neighbour: every stream of this model freezes `freeze_seconds` every
     #: `freeze_every_seconds` (a neighbour's huge prefill holds the batch).
     freeze_model: str | None = None
-    freeze_seconds: float = 6.0
-    freeze_every_seconds: float = 8.0
+    freeze_seconds: float = 5.5
+    freeze_every_seconds: float = 7.0
     #: route_change: calls of these models go to the far region.
     far_models: frozenset[str] = frozenset()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .incidents import Knobs
 
@@ -63,6 +63,17 @@ class LatencyModel:
     batch_block_tokens: int = 64_000
     """An uncached prefill at least this large stalls every other stream of its model."""
     seed: int = 0
+
+    def shorter(self, factor: float) -> LatencyModel:
+        """The same fleet with answers and reasoning `factor` times as long (tests use short
+        ones: the SDKs' per-chunk work, not the model, is what costs CPU here)."""
+        def scaled(tokens: tuple[int, int]) -> tuple[int, int]:
+            return (max(1, round(tokens[0] * factor)) if tokens[1] else 0,
+                    round(tokens[1] * factor))
+
+        return replace(self, models=tuple(
+            replace(p, output_tokens=scaled(p.output_tokens),
+                    reasoning_tokens=scaled(p.reasoning_tokens)) for p in self.models))
 
     @classmethod
     def default(cls) -> LatencyModel:
@@ -133,11 +144,14 @@ class LatencySimulator:
         self.knobs = knobs if knobs is not None else Knobs()
         self._clock = clock
         self._rng = random.Random(model.seed)
-        self._cache: dict[tuple[str, str], _CacheEntry] = {}
+        self._cache: dict[tuple[str, str, str], _CacheEntry] = {}
         self._paused_until: dict[str, float] = {}
 
-    def plan(self, model: str, tenant: str, input_tokens: int) -> Plan:
-        """Decide one admitted request; a huge prefill also pauses the model's batch."""
+    def plan(self, model: str, tenant: str, input_tokens: int, prefix: str = "") -> Plan:
+        """Decide one admitted request; a huge prefill also pauses the model's batch.
+
+        The prompt cache is per (model, tenant, `prefix`): a route's system prompt is a prefix
+        of its own, so a tenant's chat turns do not warm its summaries."""
         profile = self.model.profile(model)
         rng = self._rng
         now = self._clock()
@@ -145,7 +159,8 @@ class LatencySimulator:
         if burst:
             # A one-off document: neither read from nor written to the tenant's cache.
             input_tokens = max(input_tokens, self.model.noisy_input_tokens)
-        cached = 0 if burst else self._cached_tokens(model, tenant, input_tokens, now)
+        key = (model, tenant, prefix)
+        cached = 0 if burst else self._cached_tokens(key, input_tokens, now)
 
         server_wait = profile.server_overhead_s * self._jitter(profile.jitter)
         decode_step = 1.0 / profile.decode_tokens_per_s
@@ -159,7 +174,7 @@ class LatencySimulator:
         if not burst:
             # The prefix stays in use until the response ends; idle time counts from there.
             ends = now + server_wait + prefill + sum(gaps)
-            self._cache[(model, tenant)] = _CacheEntry(last_used=ends, prefix_tokens=input_tokens)
+            self._cache[key] = _CacheEntry(last_used=ends, prefix_tokens=input_tokens)
         if input_tokens - cached >= self.model.batch_block_tokens:
             until = now + server_wait + prefill
             self._paused_until[model] = max(self._paused_until.get(model, 0.0), until)
@@ -173,12 +188,12 @@ class LatencySimulator:
         return max(self._paused_until.get(model, 0.0),
                    self.knobs.frozen_until(model, self._clock()))
 
-    def _cached_tokens(self, model: str, tenant: str, input_tokens: int, now: float) -> int:
+    def _cached_tokens(self, key: tuple[str, str, str], input_tokens: int, now: float) -> int:
         """The tenant's previous prompt is its cached prefix, unless idle for too long or its
         cache is being evicted (the cold-cache incident)."""
-        entry = self._cache.get((model, tenant))
+        entry = self._cache.get(key)
         if entry is None or now - entry.last_used > self.model.cache_idle_seconds \
-                or tenant in self.knobs.cold_tenants:
+                or key[1] in self.knobs.cold_tenants:
             return 0
         return min(entry.prefix_tokens, input_tokens)
 

@@ -64,6 +64,12 @@ def _prompt_chars(value: Any) -> int:
     return 0
 
 
+def _prompt_prefix(body: dict[str, Any]) -> str:
+    """The start of a request's prompt: what a provider's prefix cache is keyed by."""
+    parts = [body.get(key) for key in ("instructions", "system", "messages", "input")]
+    return json.dumps([p for p in parts if p], sort_keys=True)[:256]
+
+
 def _read_script(raw: str | None, input_tokens: int, tools: bool) -> Plan | None:
     """The plan an `x-demo-script` header asks for; ValueError when the header is malformed."""
     if raw is None:
@@ -174,7 +180,7 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
     state = request.app[_STATE]
     async with state.slots(model):  # the queue: waiting here is server time before headers
         plan = state.simulator.plan(model, request.headers.get(TENANT_HEADER, "default"),
-                                    input_tokens)
+                                    input_tokens, _prompt_prefix(body))
         return await _respond(request, wire, call(plan),
                               paused_until=lambda: state.simulator.paused_until(model))
 
