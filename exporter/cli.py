@@ -48,10 +48,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    import yaml
+
     from ._internal.generate import generate
 
     config = load(args.config)
-    for path in generate(config, Path(args.out)):
+    source = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) if args.config \
+        else None
+    for path in generate(config, Path(args.out), source or {}):
         print(path)
     return 0
 
