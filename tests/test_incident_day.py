@@ -4,8 +4,10 @@ every second with the generated rules loaded (windows scaled 1/120: 1h -> 30 s).
 panel query and every rule is evaluated over the whole day and asserted sane, and each
 incident must have moved the panels docs/runbooks.md lists for it, on its target only.
 
-Schedule (seconds): calm 0-30, prefill surge 30-45, cold cache 45-60, noisy neighbour 60-75,
-route change 75-90, calm 90-100. ~2 minutes in all, most of it the day itself.
+Schedule (seconds): calm 0-20, prefill surge 20-35, cold cache 35-50, noisy neighbour 50-65,
+route change 65-80, calm 80-85. ~2 minutes in all, most of it the day itself. Thresholds are
+far from the effects (a 4x surge, 100 ms round trips, seconds-long freezes): a shared, loaded
+machine adds event-loop lag to every phase the SDKs measure.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from statistics import median
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +32,15 @@ from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
 from tests.test_alerts import recorded_names
 
-CALM, PHASE, AFTER = 30.0, 15.0, 10.0
+CALM, PHASE, AFTER = 20.0, 15.0, 5.0
 SCALE = 1 / 120
 CONFIG = {
     # The cold-cache incident shows on one tenant's cached share only with tenant on tokens.
     "labels": {"tenant_families": [names.INPUT_TOKENS.name, names.CACHED_INPUT_TOKENS.name]},
     "alerting": {"window_scale": SCALE,
                  "tenant_window_seconds": 1200,  # 10 s: enough calls per tenant at 10 calls/s
-                 "tenant_baseline_offset_seconds": 3600,  # 30 s: the tenants' calm baseline
-                 "regression_offset_seconds": 4800,  # 40 s: "last week" is the calm phase
+                 "tenant_baseline_offset_seconds": 3600,  # 30 s back: before the incident
+                 "regression_offset_seconds": 4800,  # 40 s: "last week" is before the change
                  "min_calls": 5},
 }
 SCRAPE = """
@@ -50,7 +53,6 @@ scrape_configs:
       - targets: ["{target}"]
 """
 RATE_INTERVAL = "5s"  # Grafana's $__rate_interval at a 1 s scrape, over the whole day
-PHASE_WINDOW = "10s"  # an incident's panels are read over its last 10 s
 STEP = 2.0
 
 
@@ -71,7 +73,11 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         scrape = SCRAPE.format(job=cfg.alerting.exporter_job, target=demo.target)
         with PrometheusServer(scrape, rule_files=rules) as prom:
             prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
-            schedule = IncidentDay(demo.knobs, CALM, PHASE, out=log.append)
+            # The neighbour's freezes compressed too: 3 s out of every 3.5 (the test's answers
+            # are short, and a stream stalls only when a freeze starts while it runs).
+            demo.knobs.freeze_seconds, demo.knobs.freeze_every_seconds = 3.0, 3.5
+            schedule = IncidentDay(demo.knobs, CALM, PHASE, out=log.append,
+                                   recover_seconds=AFTER)
             start = time.time()
             demo.play(schedule).result(timeout=schedule.seconds + 60)
             end = time.time()
@@ -79,12 +85,6 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             yield {"prom": prom, "cfg": cfg, "out": out, "start": start, "end": end,
                    "log": log, "schedule": schedule}
     runtime.configure(None)
-
-
-def phase_end(d: dict[str, Any], name: str | None) -> float:
-    """Unix time one second before the end of the named incident (None: the first calm)."""
-    phase = next(p for p in d["schedule"].phases if p.incident == name)
-    return d["start"] + phase.start + phase.seconds - 1.0
 
 
 def panels(d: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -104,23 +104,6 @@ def values(prom: PrometheusServer, expr: str, at: float) -> dict[tuple, float]:
     """{labels as a sorted tuple: value} of an instant query at `at`."""
     return {tuple(sorted(r["metric"].items())): float(r["value"][1])
             for r in prom.query(expr, at=at)}
-
-
-def panel(d: dict[str, Any], title: str, **variables: str) -> str:
-    """The panel's query as Grafana runs it over an incident's last seconds, with template
-    variables set as on-call would (the others: All)."""
-    found = [p for _, p in panels(d) if p["title"] == title]
-    assert len(found) == 1, title
-    expr = found[0]["targets"][0]["expr"]
-    for name, value in variables.items():
-        expr = expr.replace(f"${name}", value)
-    return expr_of({"expr": expr}, d, PHASE_WINDOW)
-
-
-def value_of(series: dict[tuple, float], **labels: str) -> float:
-    matches = [v for k, v in series.items() if all((n, x) in k for n, x in labels.items())]
-    assert len(matches) == 1, (labels, series)
-    return matches[0]
 
 
 def test_the_day_played_every_incident_in_order(day: dict[str, Any]) -> None:
@@ -189,72 +172,105 @@ def test_every_rule_is_healthy_recorded_and_in_range(day: dict[str, Any]) -> Non
                 assert v <= 1, (record, labels, v)
 
 
+def over(d: dict[str, Any], incident: str | None, title: str, since: float = 4.0,
+         window: str = RATE_INTERVAL, **variables: str) -> dict[tuple, list[float]]:
+    """A panel's (first query's) time series over an incident (None: the first calm), read as
+    on-call reads the panel: every second from `since` seconds in (its `window` then lies
+    mostly inside the phase) to its end. {labels: values}; a series is absent at a step
+    without calls. Calls are recorded when they end: a long call started before the phase
+    shows in its first seconds (`since` skips them)."""
+    phase = next(p for p in d["schedule"].phases if p.incident == incident)
+    found = [p for _, p in panels(d) if p["title"] == title]
+    assert len(found) == 1, title
+    expr = found[0]["targets"][0]["expr"]
+    for name, value in variables.items():
+        expr = expr.replace(f"${name}", value)
+    begin = d["start"] + phase.start
+    out: dict[tuple, list[float]] = {}
+    for series in d["prom"].query_range(expr_of({"expr": expr}, d, window), begin + since,
+                                        begin + phase.seconds, 1.0):
+        out[tuple(sorted(series["metric"].items()))] = [float(v) for _, v in series["values"]]
+    return out
+
+
+def of(series: dict[tuple, list[float]], **labels: str) -> list[float]:
+    """The values of the series with these labels (all of them merged when several match)."""
+    found = [v for k, vs in series.items() for v in vs
+             if all((n, x) in k for n, x in labels.items())]
+    assert found, (labels, series)
+    return found
+
+
 def test_prefill_surge_moves_one_routes_prompts_and_prefill(day: dict[str, Any]) -> None:
-    prom = day["prom"]
-    calm, surge = phase_end(day, None), phase_end(day, "prefill_surge")
-    tokens = panel(day, "Input tokens per call p99 by route (top 10)")
-    before, during = values(prom, tokens, calm), values(prom, tokens, surge)
-    grew = {route: value_of(during, route=route) / value_of(before, route=route)
-            for route in ("search", "chat")}
-    # 4× longer prompts on search; power-of-two token buckets make any p99 move in steps.
-    assert grew["search"] > 1.8 and grew["search"] > 1.5 * grew["chat"], grew
-    prefill = panel(day, "Prefill p99 by model and route (top 10)")
-    assert value_of(values(prom, prefill, surge), model="gpt-4.1", route="search") > \
-        1.5 * value_of(values(prom, prefill, calm), model="gpt-4.1", route="search")
-    # Per 1k uncached tokens the prefill does not rise (the constant part of a prefill, one
-    # decode step, weighs less on longer prompts): the prompts grew, not the provider's time.
-    per_1k = panel(day, "Prefill per 1k uncached input tokens (top 10)")
-    ratio = value_of(values(prom, per_1k, surge), model="gpt-4.1", route="search") / \
-        value_of(values(prom, per_1k, calm), model="gpt-4.1", route="search")
-    assert 0.2 < ratio < 1.5, ratio
+    def tokens(incident: str | None, route: str) -> list[float]:
+        return of(over(day, incident, "Input tokens per call p99 by route (top 10)"),
+                  route=route)
+
+    # 4× longer prompts on search (power-of-two token buckets move a p99 in steps); chat not.
+    assert max(tokens("prefill_surge", "search")) > 2 * median(tokens(None, "search"))
+    assert median(tokens("prefill_surge", "chat")) < 2 * median(tokens(None, "chat"))
+    p99 = "Prefill p99 by model and route (top 10)"
+    assert max(of(over(day, "prefill_surge", p99), model="gpt-4.1", route="search")) > \
+        1.5 * median(of(over(day, None, p99), model="gpt-4.1", route="search"))
+    mean = "Mean time per phase"
+    grew = median(of(over(day, "prefill_surge", mean, model="gpt-4.1", route="search"),
+                     phase="prefill")) / median(of(over(day, None, mean, model="gpt-4.1",
+                                                        route="search"), phase="prefill"))
+    assert grew > 1.5, grew
+    # Per 1k uncached tokens the prefill does not rise (its constant part, one decode step,
+    # weighs less on longer prompts): the prompts grew, not the provider's time per token.
+    per_1k = "Prefill per 1k uncached input tokens (top 10)"  # over 10 s: few calls cached
+    ratio = median(of(over(day, "prefill_surge", per_1k, window="10s"), model="gpt-4.1",
+                      route="search")) / \
+        median(of(over(day, None, per_1k, window="10s"), model="gpt-4.1", route="search"))
+    assert 0.2 < ratio < 2.0, ratio  # it would be 4× had the provider slowed down
 
 
 def test_cold_cache_moves_one_tenants_cached_share(day: dict[str, Any]) -> None:
-    prom = day["prom"]
-    share = panel(day, "Cached share of input tokens by tenant (lowest 10)").replace(
-        "bottomk(10, ", "(")  # every tenant, not only the lowest ten
-    before, during = values(prom, share, phase_end(day, None)), \
-        values(prom, share, phase_end(day, "cold_cache"))
-    assert value_of(before, tenant="tenant-01") > 0.3
-    assert value_of(during, tenant="tenant-01") < 0.1
-    assert value_of(during, tenant="tenant-00") > 0.3  # the others stay warm
+    title = "Cached share of input tokens by tenant (lowest 10)"
+    calm, cold = over(day, None, title), over(day, "cold_cache", title)
+    assert median(of(calm, tenant="tenant-01")) > 0.3
+    assert min(of(cold, tenant="tenant-01")) < 0.1  # back from idle: nothing cached
+    assert median(of(cold, tenant="tenant-00")) > 0.3  # the others stay warm
 
 
 def test_noisy_neighbour_freezes_one_model_for_every_tenant(day: dict[str, Any]) -> None:
-    prom = day["prom"]
-    calm, noisy = phase_end(day, None), phase_end(day, "noisy_neighbour")
-    stall = panel(day, "Stall p99 by model and route (top 10)")
-    during = values(prom, stall, noisy)
-    frozen = [v for k, v in during.items() if ("model", "llama-3-8b") in k]
-    others = [v for k, v in during.items() if ("model", "llama-3-8b") not in k]
-    # Freezes of several seconds on llama-3-8b; the other models keep their pace.
-    assert frozen and max(frozen) > 3.0 and max(frozen) > 2 * max(others), during
-    assert max(values(prom, stall, calm).values()) < 0.5 * max(frozen)
-    slower = panel(day, "Share of tenants slower than before")
-    assert value_of(values(prom, slower, noisy), model="llama-3-8b", route="chat") >= 0.5
+    title = "Stall p99 by model and route (top 10)"
+    noisy, calm = over(day, "noisy_neighbour", title), over(day, None, title)
+    frozen = max(of(noisy, model="llama-3-8b"))
+    others = [median(vs) for k, vs in noisy.items() if ("model", "llama-3-8b") not in k]
+    # Freezes of seconds on llama-3-8b; the other models keep their pace.
+    assert frozen > 2.0 and frozen > 2 * max(others), (frozen, others)
+    assert median(of(calm, model="llama-3-8b")) < 0.5 * frozen
+    slower = over(day, "noisy_neighbour", "Share of tenants slower than before")
+    assert max(of(slower, model="llama-3-8b", route="chat")) >= 0.5
 
 
 def test_route_change_moves_the_connect_and_server_phases_of_one_model(
         day: dict[str, Any]) -> None:
-    prom = day["prom"]
-    calm, moved = phase_end(day, None), phase_end(day, "route_change")
-    connect = panel(day, "Connect p99 by model and route (top 10)")
-    during = values(prom, connect, moved)
-    far = [v for k, v in during.items() if ("model", "deepseek-r1") in k]
-    assert far and min(far) > 0.08, during  # every far call pays the TLS handshake's trip
+    # From 8 s in: deepseek-r1's calls started near, before the change, have ended by then.
+    connect = over(day, "route_change", "Connect p99 by model and route (top 10)", since=8)
+    far = [median(vs) for k, vs in connect.items() if ("model", "deepseek-r1") in k]
+    assert far and min(far) > 0.08, connect  # every far call pays the TLS handshake's trip
     for near in ("gpt-4.1", "llama-3-8b"):  # mostly reused connections: the mean stays ~0
-        phases = values(prom, panel(day, "Mean time per phase", model=near), moved)
-        assert value_of(phases, phase="connect") < 0.05, (near, phases)
-    server = panel(day, "Server p99 by model and route (top 10)")
-    assert value_of(values(prom, server, moved), model="deepseek-r1", route="chat") > \
-        value_of(values(prom, server, calm), model="deepseek-r1", route="chat") + 0.08
-    # On-call selects the model: its mean phases moved by the round trips, its model time not.
-    mean = panel(day, "Mean time per phase", model="deepseek-r1")
-    before, during = values(prom, mean, calm), values(prom, mean, moved)
-    moved_by = {phase: value_of(during, phase=phase) - value_of(before, phase=phase)
-                for phase in ("connect", "server", "prefill")}
-    assert moved_by["connect"] > 0.08 and moved_by["server"] > 0.08, moved_by
-    assert abs(moved_by["prefill"]) < 0.05, moved_by
+        phases = over(day, "route_change", "Mean time per phase", model=near)
+        assert median(of(phases, phase="connect")) < 0.05, (near, phases)
+    server = "Server p99 by model and route (top 10)"
+    assert median(of(over(day, "route_change", server, since=8), model="deepseek-r1")) > \
+        median(of(over(day, None, server), model="deepseek-r1")) + 0.05
+    # On-call selects the model: its mean phases moved by the round trips...
+    before = over(day, None, "Mean time per phase", model="deepseek-r1")
+    during = over(day, "route_change", "Mean time per phase", model="deepseek-r1")
+    moved_by = {phase: median(of(during, phase=phase)) - median(of(before, phase=phase))
+                for phase in ("connect", "server")}
+    # Half a round trip at least (a few calls still near dilute the window's means).
+    assert moved_by["connect"] > 0.05 and moved_by["server"] > 0.05, moved_by
+    # ...and its model time did not: its time per output token (first to last token, which
+    # the far region's delay shifts alike) is the same.
+    tpot = "Time per output token p50 / p99"
+    ratio = median(of(over(day, "route_change", tpot, since=8, model="deepseek-r1"))) / \
+        median(of(over(day, None, tpot, model="deepseek-r1")))
+    assert 0.7 < ratio < 1.4, ratio
 
 
 def test_the_page_and_the_connect_alert_fired(day: dict[str, Any]) -> None:

@@ -5,8 +5,8 @@ call, so an incident starts and ends at once, and each one moves its own signals
 
 * `prefill_surge`: prompts on one route grow several times (input tokens and the prefill phase
   of that route; prefill per 1k uncached tokens stays flat);
-* `cold_cache`: one busy tenant idles, then returns while the provider keeps evicting its
-  cached prefix (that tenant's cached share and prefill; its TTFT, nobody else's);
+* `cold_cache`: one busy tenant idles, then returns (busier, catching up) while the provider
+  keeps evicting its cached prefix (that tenant's cached share and prefill; its TTFT only);
 * `noisy_neighbour`: another customer's huge prompts freeze every stream of one model for
   seconds at a time (stalls, inter-token gaps and TTFT of every tenant of that model);
 * `route_change`: one model's calls silently go to a farther region behind TLS that closes its
@@ -132,7 +132,8 @@ class Phase:
 
 
 class IncidentDay:
-    """Calm, then each incident in turn, then calm again; prints every change as it happens.
+    """Calm, then each incident in turn, then calm again (`recover_seconds`, default as long as
+    the first calm); prints every change as it happens.
 
     A cold-cache tenant idles for the first `idle_share` of its phase (longer than the
     provider keeps a cache), then returns cold.
@@ -140,7 +141,8 @@ class IncidentDay:
 
     def __init__(self, knobs: Knobs, calm_seconds: float = 120.0,
                  incident_seconds: float = 180.0, order: tuple[str, ...] = tuple(INCIDENTS),
-                 out: Callable[[str], None] = print, idle_share: float = 0.3):
+                 out: Callable[[str], None] = print, idle_share: float = 0.3,
+                 recover_seconds: float | None = None):
         unknown = set(order) - set(INCIDENTS)
         if unknown:
             raise ValueError(f"unknown incidents: {sorted(unknown)}")
@@ -152,7 +154,8 @@ class IncidentDay:
         for name in order:
             self.phases.append(Phase(at, incident_seconds, name))
             at += incident_seconds
-        self.phases.append(Phase(at, calm_seconds, None))
+        self.phases.append(Phase(at, calm_seconds if recover_seconds is None
+                                 else recover_seconds, None))
         self.played: list[str] = []
 
     @property

@@ -117,6 +117,8 @@ class LoadGenerator:
         tenant = rng.choices(TENANTS, self._weights)[0]
         if rng.random() < 0.08:  # the noisy tenant is busier than its rank says
             tenant = TENANTS[-1]
+        elif self.knobs.cold_tenants and rng.random() < 0.15:  # back from idle, catching up
+            tenant = min(self.knobs.cold_tenants)
         size = ROUTES[route] * (self.knobs.surge_factor if route == self.knobs.surge_route else 1)
         input_tokens = max(16, int(rng.lognormvariate(0, 0.5) * size))
         return model, route, tenant, input_tokens
