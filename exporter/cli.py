@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from ._internal import runtime
-from ._internal.config import ConfigError, load
+from ._internal.config import ConfigError
+from ._internal.config_loader import load
 from ._internal.server import serve_until_signalled
 
 
@@ -54,6 +55,18 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    """A TCP port for argparse: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 (any free port) and 65535, "
+                                         f"got {port}")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ttft-exporter", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,11 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "foreground until SIGTERM")
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
     p.add_argument("--addr", help="bind address (default from config: 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default from config: 9469)")
+    p.add_argument("--port", type=_port, help="port (default from config: 9469)")
     p.set_defaults(func=_serve)
     p = sub.add_parser("demo", help="provider, load and exporter on the embedded default")
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
-    p.add_argument("--port", type=int, default=9469, help="exporter port (default 9469)")
+    p.add_argument("--port", type=_port, default=9469, help="exporter port (default 9469)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
     p.set_defaults(func=_demo)
     p = sub.add_parser("generate", help="write dashboards/ and alerts/ from the config")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter._internal import alerts, config, names, promql
+from exporter._internal import alerts, config, config_loader, names, promql
 from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
 from tests.support.prometheus import metric_names, require_prometheus
 
@@ -71,7 +71,7 @@ def test_generation_is_deterministic_and_marked_generated(tmp_path: Path) -> Non
 
 def test_promtool_checks_the_committed_and_an_override_configs_rules(tmp_path: Path) -> None:
     require_prometheus()
-    generate(config.load(OVERRIDES), tmp_path)
+    generate(config_loader.load(OVERRIDES), tmp_path)
     for directory in (ROOT / "alerts", tmp_path / "alerts"):
         files = [str(directory / RECORDING_FILE), str(directory / ALERTING_FILE)]
         run = subprocess.run(["promtool", "check", "rules", *files], capture_output=True,
@@ -116,7 +116,7 @@ def test_alerts_have_severity_texts_and_a_runbook_section() -> None:
 
 
 def test_rules_read_only_metrics_the_exporter_serves() -> None:
-    for cfg in (config.Config(), config.load(OVERRIDES)):
+    for cfg in (config.Config(), config_loader.load(OVERRIDES)):
         allowed, recorded = served_metric_names(), recorded_names(cfg)
         for group in (*alerts.recording_rules(cfg), *alerts.alerting_rules(cfg)):
             for rule in group["rules"]:
@@ -138,7 +138,7 @@ def test_each_slo_entry_governs_its_own_model_and_route(tmp_path: Path) -> None:
     """Default, a model override and a (model, route) override, evaluated by promtool:
     every (model, route) is recorded once, under the entry that config.slo_for picks."""
     require_prometheus()
-    cfg = config.load(OVERRIDES)
+    cfg = config_loader.load(OVERRIDES)
     generate(cfg, tmp_path)
     series = []
     under = {1.0: 80, 2.0: 90, 3.0: 95}  # of 100 calls a minute on every pair
@@ -178,7 +178,7 @@ def test_each_slo_entry_governs_its_own_model_and_route(tmp_path: Path) -> None:
 
 
 def test_window_scale_shrinks_windows_but_keeps_names() -> None:
-    scaled = config.load({"alerting": {"window_scale": 1 / 60}})
+    scaled = config_loader.load({"alerting": {"window_scale": 1 / 60}})
     assert recorded_names(scaled) == recorded_names(config.Config())
     sli = alerts.recording_rules(scaled)[0]["rules"]
     assert {"[5s]", "[72m]"} <= {w for rule in sli for w in re.findall(r"\[\w+\]", rule["expr"])}
@@ -203,7 +203,8 @@ def test_thresholds_are_exposed_le_values() -> None:
 
 
 def test_no_folding_alert_when_tenants_are_allowlisted() -> None:
-    allow = config.load({"labels": {"tenant_policy": "allowlist", "tenant_allowlist": ["a"]}})
+    allow = config_loader.load(
+        {"labels": {"tenant_policy": "allowlist", "tenant_allowlist": ["a"]}})
     assert "TTFTExporterTenantFolding" in alerts.alert_names(config.Config())
     assert "TTFTExporterTenantFolding" not in alerts.alert_names(allow)
 
@@ -217,5 +218,5 @@ def test_no_folding_alert_when_tenants_are_allowlisted() -> None:
 ])
 def test_alerting_config_is_validated(section: dict, reason: str) -> None:
     with pytest.raises(config.ConfigError) as error:
-        config.load({"alerting": section})
+        config_loader.load({"alerting": section})
     assert reason in str(error.value)

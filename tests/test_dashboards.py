@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 import exporter
-from exporter._internal import config, dashboards, names, promql, runtime
+from exporter._internal import config, config_loader, dashboards, names, promql, runtime
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import stream_chat
 from exporter._internal.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER, ProviderServer
@@ -167,7 +167,7 @@ def test_queries_read_only_metrics_the_exporter_serves() -> None:
 
 
 def test_slo_panels_follow_the_config() -> None:
-    cfg = config.load({"slos": [{"ttft": {"threshold_seconds": 1.5, "target": 0.995}},
+    cfg = config_loader.load({"slos": [{"ttft": {"threshold_seconds": 1.5, "target": 0.995}},
                                 {"model": "m", "ttft": {"threshold_seconds": 4.0}}]})
     text = dashboard_json(dashboards.dashboard(dashboards.OVERVIEW, cfg))
     assert 'le=\\"1.5\\"' in text and 'le=\\"4.0\\"' in text
@@ -307,7 +307,7 @@ def test_end_to_end_every_query_and_rule_has_data_and_the_noisy_neighbour_alerts
     (1 s intervals, short windows): every dashboard query, variable and recording rule returns
     data, no rule fails, and the noisy tenant's burst makes the many-tenants alert fire."""
     require_prometheus()
-    cfg = config.load(E2E_CONFIG)
+    cfg = config_loader.load(E2E_CONFIG)
     runtime.configure(cfg)
     generate(cfg, tmp_path)
     rules = [tmp_path / "alerts" / name for name in (RECORDING_FILE, ALERTING_FILE)]

@@ -7,7 +7,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 import exporter
 from exporter._internal import names, runtime
-from exporter._internal.config import load
+from exporter._internal.config_loader import load
 from exporter._internal.exposition import Renderer
 from exporter._internal.recorder import Recorder
 from exporter._internal.timeline import CallTimeline

@@ -14,7 +14,7 @@ significant digits: 128 sub-buckets per octave): 50,000 µs lies in [32,768, 65,
 
 from __future__ import annotations
 
-from exporter._internal.config import load
+from exporter._internal.config_loader import load
 from exporter._internal.exposition import Renderer
 from exporter._internal.recorder import Recorder
 from exporter._internal.timeline import CallTimeline

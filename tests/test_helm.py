@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter._internal.config import load
+from exporter._internal.config_loader import load
 from tests.support import require_module
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from . import names, wire
 from .access import Access
-from .config import Config
+from .config import Config, ConfigError
 from .journal import StateFiles
 from .recorder import Recorder
 from .wire import Delta, PushError
@@ -97,7 +97,16 @@ class Aggregator:
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self._last_snapshot = clock()
         if self.files is not None:
-            self.restore()
+            folder = self.files.path.parent
+            if not folder.is_dir():
+                raise ConfigError("config", [("aggregator.snapshot_path",
+                                              f"the directory {folder} does not exist")])
+            try:
+                self.restore()
+            except OSError as e:
+                raise ConfigError("config", [("aggregator.snapshot_path",
+                                              f"cannot use {e.filename or folder}: "
+                                              f"{e.strerror or e}")]) from None
 
     # --- receiving ------------------------------------------------------------------------------
 

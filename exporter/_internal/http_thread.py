@@ -19,10 +19,14 @@ from aiohttp import web
 _Self = TypeVar("_Self", bound="HttpThread")
 
 
+def address(host: str, port: int) -> str:
+    """`host:port`, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def base_url(host: str, port: int, tls: bool = False) -> str:
-    """`http(s)://host:port`, with an IPv6 host in brackets."""
-    shown = f"[{host}]" if ":" in host else host
-    return f"{'https' if tls else 'http'}://{shown}:{port}"
+    """`http(s)://host:port`."""
+    return f"{'https' if tls else 'http'}://{address(host, port)}"
 
 
 async def serve(app: web.Application, host: str, port: int, *,
@@ -35,6 +39,11 @@ async def serve(app: web.Application, host: str, port: int, *,
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+    except (OverflowError, OSError) as e:  # a port out of range, taken, an address not ours
+        sock.close()
+        why = "the port must be 0-65535" if isinstance(e, OverflowError) else e.strerror or e
+        raise OSError(getattr(e, "errno", None) or 0,
+                      f"cannot listen on {address(host, port)}: {why}") from None
     except BaseException:
         sock.close()
         raise

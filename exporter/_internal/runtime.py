@@ -29,7 +29,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import config as config_module, names
+from . import names
+from .config_loader import load
 from .config import Config
 from .exposition import ExtraFamilies, Renderer
 from .push import Flusher, push_url
@@ -83,7 +84,7 @@ def state() -> State:
 def configure(source: str | os.PathLike[str] | Mapping[str, Any] | Config | None = None
               ) -> Config:
     """Load and validate a config (raises ConfigError on a mistake), then use it from now on."""
-    config = source if isinstance(source, Config) else config_module.load(source)
+    config = source if isinstance(source, Config) else load(source)
     _install(config, replace=True)
     return config
 

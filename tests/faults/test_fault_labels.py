@@ -5,7 +5,7 @@ from __future__ import annotations
 import exporter
 from exporter._internal import names, push, runtime, wire
 from exporter._internal.aggregator import Aggregator
-from exporter._internal.config import load
+from exporter._internal.config_loader import load
 from exporter._internal.exposition import Renderer
 from exporter._internal.guard import INVALID
 from exporter._internal.recorder import Recorder
