@@ -205,7 +205,7 @@ def _after_fork_in_child() -> None:
     current = _state
     if current is None:
         return
-    current.recorder.reset_lock_after_fork()
+    current.recorder.reset_after_fork()
     current.renderer.reset_lock_after_fork()
     inherited, _flusher = _flusher, None
     for flusher in _retiring:
