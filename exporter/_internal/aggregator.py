@@ -89,8 +89,8 @@ class Aggregator:
         self.lost_batches = 0
         self.push_failures = 0
         self.snapshot_failures = 0
-        #: worker id -> last applied seq, least recently pushed first (bounded: max_workers)
-        self.applied: dict[str, int] = {}
+        #: worker id -> the seqs applied, least recently pushed first (bounded: max_workers)
+        self.applied: dict[str, Applied] = {}
         #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
         self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
         self._gauge_totals: dict[tuple[str, ...], int] = {}
@@ -140,8 +140,8 @@ class Aggregator:
 
     def is_duplicate(self, delta: Delta) -> bool:
         """True when this (worker, seq) was applied already (a retry)."""
-        last = self.applied.get(delta.worker)
-        return last is not None and delta.seq <= last
+        seqs = self.applied.get(delta.worker)
+        return seqs is not None and delta.seq in seqs
 
     def apply(self, delta: Delta, window: bool = True) -> bool:
         """Merge a validated delta unless its (worker, seq) was applied; True when merged."""
@@ -150,8 +150,9 @@ class Aggregator:
             self.batches[names.PUSH_DUPLICATE] += 1
             return False
         self.recorder.absorb(delta, window=window)
-        self.applied.pop(worker, None)
-        self.applied[worker] = delta.seq
+        seqs = self.applied.pop(worker, None) or Applied()
+        seqs.add(delta.seq)
+        self.applied[worker] = seqs
         while len(self.applied) > self.config.aggregator.max_workers:
             del self.applied[next(iter(self.applied))]
         if window:  # live pushes (not a replay at start) carry the worker's current gauges
@@ -295,7 +296,8 @@ class Aggregator:
         delta.tenant_folds = counters.folds  # type: ignore[assignment]
         delta.dropped = counters.drops
         doc = wire.payload(delta, rec.schema.layouts())
-        doc["applied"] = [[worker, seq] for worker, seq in self.applied.items()]
+        doc["applied"] = [[worker, seqs.floor, sorted(seqs.above)]
+                          for worker, seqs in self.applied.items()]
         doc["self"] = {"rejected": self.rejected, "batches": self.batches,
                        "lost_batches": self.lost_batches, "push_failures": self.push_failures,
                        "snapshot_failures": self.snapshot_failures}
@@ -351,13 +353,45 @@ class Aggregator:
             log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
                         self.files.journal_path)
 
-def _applied_map(value: Any) -> dict[str, int]:
+class Applied:
+    """The seqs of one worker applied so far: all up to `floor`, and those in `above`.
+
+    A worker sends its batches in order, but a retry can arrive after a later batch (or a
+    restarted aggregator can see them out of order): a seq below the highest applied one is new
+    unless it is in the set. A worker that gave up a batch leaves a gap for good, so `above`
+    is bounded: past MAX_ABOVE seqs the floor moves up to the oldest of them.
+    """
+
+    __slots__ = ("floor", "above")
+    MAX_ABOVE = 256
+
+    def __init__(self, floor: int = 0, above: set[int] | None = None):
+        self.floor = floor
+        self.above = above or set()
+
+    def __contains__(self, seq: int) -> bool:
+        return seq <= self.floor or seq in self.above
+
+    def add(self, seq: int) -> None:
+        self.above.add(seq)
+        if len(self.above) > self.MAX_ABOVE:  # a gap that will never fill: step over it
+            self.floor = min(self.above) - 1
+        while self.floor + 1 in self.above:
+            self.floor += 1
+            self.above.discard(self.floor)
+
+
+def _applied_map(value: Any) -> dict[str, Applied]:
+    """The snapshot's [worker, floor, [seqs above]] entries ([worker, seq] in older ones)."""
     if not isinstance(value, list):
         raise ValueError("applied map missing")
-    out: dict[str, int] = {}
+    out: dict[str, Applied] = {}
     for item in value:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+        if not (isinstance(item, list) and len(item) in (2, 3) and isinstance(item[0], str)
                 and type(item[1]) is int):
-            raise ValueError("applied map entry is not [worker, seq]")
-        out[item[0]] = item[1]
+            raise ValueError("applied map entry is not [worker, floor, [seqs]]")
+        above = item[2] if len(item) == 3 else []
+        if not (isinstance(above, list) and all(type(seq) is int for seq in above)):
+            raise ValueError("applied map entry has bad seqs")
+        out[item[0]] = Applied(item[1], set(above))
     return out

@@ -35,12 +35,18 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from . import names
 from .config import Config
 from .recorder import Recorder
 from .wire import CONTENT_TYPE, PUSH_PATH, Delta, encode
 
 log = logging.getLogger("exporter.push")
 
+WORKER_LOST_HELP = ("Batches this worker gave up (queue bound, refused, or unacknowledged at "
+                    "exit).")
+WORKER_FAILURES_HELP = "Push attempts of this worker that failed (retried later)."
 ENV_URL = "TTFT_EXPORTER_PUSH_URL"
 ENV_TOKEN = "TTFT_EXPORTER_PUSH_TOKEN"
 
@@ -93,6 +99,7 @@ class Flusher:
         if self._https:
             self._ssl = ssl.create_default_context(cafile=config.push.ca_file or None)
         self._token = _read_token(config.push.token_file)
+        self._token_stale = False
         self.worker = new_worker_id()
         self.recorder = recorder
         self._retired: list[Recorder] = []
@@ -100,6 +107,10 @@ class Flusher:
         self._pending: deque[_Batch] = deque()
         self._lost = 0  # batches dropped and not yet reported to the aggregator
         self._failures = 0  # failed attempts not yet reported
+        #: Batches given up and failed attempts since start, served by this worker's own
+        #: exposition (`families()`): a loss the aggregator never hears of is counted here.
+        self.lost_total = 0
+        self.failures_total = 0
         self._lock = threading.Lock()  # the queue and the connection; never taken by app threads
         self._conn: http.client.HTTPConnection | None = None
         self._stop = threading.Event()
@@ -109,6 +120,7 @@ class Flusher:
         self._failing = False
         self._thread = threading.Thread(target=self._run, name="ttft-exporter-push", daemon=True)
         self.acked = 0  # batches acknowledged (tests, bench)
+        self._last_failure = ""
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -162,6 +174,13 @@ class Flusher:
     def pending(self) -> int:
         return len(self._pending)
 
+    def families(self) -> list[Metric]:
+        """This worker's own push counters, for its exposition (if it serves one)."""
+        return [
+            CounterMetricFamily(names.SELF_PUSH_LOST, WORKER_LOST_HELP, value=self.lost_total),
+            CounterMetricFamily(names.SELF_PUSH_FAILURES, WORKER_FAILURES_HELP,
+                                value=self.failures_total)]
+
     def _run(self) -> None:
         interval = self.config.push.interval_seconds
         next_at = time.monotonic() + interval
@@ -194,8 +213,23 @@ class Flusher:
                     time.sleep(min(delay, left))
                     delay = min(delay * 2, 1.0)
                 self._close_connection()
+                if self._pending:
+                    self._give_up()
         except Exception:
             log.exception("ttft-exporter push: final push failed")
+
+    def _give_up(self) -> None:
+        """The last push's deadline passed with batches unacknowledged: they are lost, and
+        said so (the aggregator hears of it only if it can still be reached later, by no one)."""
+        batches = list(self._pending)
+        self._pending.clear()
+        calls = sum(b.delta.calls() for b in batches)
+        for batch in batches:
+            self._lost += 1 + batch.delta.lost_batches
+            self.lost_total += 1
+        log.error("ttft-exporter push: gave up %d unacknowledged batches of worker %s (%d "
+                  "calls) at exit: %s", len(batches), self.worker, calls,
+                  self._last_failure or "no answer in time")
 
     # draining and queueing ---------------------------------------------------------------------
 
@@ -226,6 +260,7 @@ class Flusher:
 
     def _drop(self, batch: _Batch, why: str) -> None:
         self._lost += 1 + batch.delta.lost_batches
+        self.lost_total += 1
         self._failures += batch.delta.push_failures
         log.warning("ttft-exporter push: dropped batch %d of worker %s (%d calls): %s",
                     batch.seq, self.worker, batch.delta.calls(), why)
@@ -250,6 +285,10 @@ class Flusher:
                 self._drop(batch, f"the aggregator rejected it: HTTP {status} {detail}")
                 continue
             self._failures += 1
+            self.failures_total += 1
+            self._last_failure = detail or f"HTTP {status}"
+            if status in (401, 403):  # a rotated secret: read the token again at the retry
+                self._token_stale = True
             if not self._failing:
                 self._failing = True
                 log.warning("ttft-exporter push: cannot push to %s (%s); keeping the deltas and "
@@ -263,6 +302,9 @@ class Flusher:
     def _post(self, body: bytes) -> tuple[int, str]:
         """POST one body; (status, detail), status 0 for a connection error."""
         headers = {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(body))}
+        if self._token_stale:
+            self._token = _read_token(self.config.push.token_file)
+            self._token_stale = False
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         for attempt in (0, 1):

@@ -124,6 +124,7 @@ def _wire_push(new: State) -> None:
         if current is not None and url and current.url == url and \
                 current.config.push == new.config.push:
             current.follow(new.recorder)
+            new.renderer.extra = current.families
             return
         _flusher = None
         if current is not None:
@@ -133,6 +134,7 @@ def _wire_push(new: State) -> None:
             return
         try:
             _flusher = Flusher(url, new.config, new.recorder).start()
+            new.renderer.extra = _flusher.families  # the worker's own push counters
         except ValueError as e:
             log.warning("ttft-exporter push: %s; not pushing", e)
             return
