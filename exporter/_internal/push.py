@@ -27,10 +27,12 @@ import logging
 import os
 import random
 import secrets
+import select
 import socket
 import ssl
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -113,7 +115,14 @@ class Flusher:
         self.failures_total = 0
         self._lock = threading.Lock()  # the queue and the connection; never taken by app threads
         self._conn: http.client.HTTPConnection | None = None
-        self._stop = threading.Event()
+        #: Set once to stop, and a pipe to wake the thread: both safe to use from a signal
+        #: handler that interrupted the app's own thread anywhere (an Event's lock is not).
+        self._stopped = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        # closed with the object, never earlier: a write to a closed and reused descriptor
+        # would land in someone else's file
+        self._close_pipe = weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
         self._deadline = 0.0  # monotonic time until which the last push is retried
         self._retry_at = 0.0
         self._backoff_step = 0
@@ -138,9 +147,14 @@ class Flusher:
     def retire(self, timeout: float | None = None) -> None:
         """Stop pushing without waiting: the flusher's thread makes the last push, retrying
         for `timeout` s (default `push.exit_timeout_seconds`), then ends."""
-        self._deadline = time.monotonic() + (
-            self.config.push.exit_timeout_seconds if timeout is None else timeout)
-        self._stop.set()
+        if not self._stopped:  # (a second stop keeps the first one's deadline)
+            self._deadline = time.monotonic() + (
+                self.config.push.exit_timeout_seconds if timeout is None else timeout)
+            self._stopped = True
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:  # the pipe is full: the thread is woken already
+            pass
 
     def close(self, timeout: float | None = None) -> None:
         """Stop and wait for the last push, retried for `timeout` s (at exit)."""
@@ -149,13 +163,19 @@ class Flusher:
             if self._thread.ident is None:  # never started: push from here
                 self._last_push()
             return
-        if threading.current_thread() is not self._thread:
+        self.wait_closed()
+
+    def wait_closed(self) -> None:
+        """Wait (bounded by the deadline) for the last push of a flusher being stopped. Takes
+        no lock but the thread's own: safe from a signal handler that interrupted `close()`."""
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
             left = max(self._deadline - time.monotonic(), 0.0)
             self._thread.join(left + self.config.push.timeout_seconds + 1.0)
 
     def abandon(self) -> None:
         """In a forked child: this flusher (and its queue) belongs to the parent; forget it."""
-        self._stop.set()
+        self._stopped = True
+        self._wake_w = -1  # (our copies of the descriptors close with the object)
         conn, self._conn = self._conn, None
         if conn is not None and conn.sock is not None:
             try:
@@ -184,7 +204,9 @@ class Flusher:
     def _run(self) -> None:
         interval = self.config.push.interval_seconds
         next_at = time.monotonic() + interval
-        while not self._stop.wait(max(next_at - time.monotonic(), 0)):
+        while not self._stopped:
+            if self._sleep(next_at - time.monotonic()):
+                continue
             next_at += interval
             now = time.monotonic()
             if next_at < now:  # we fell behind (suspended process): do not burst
@@ -197,6 +219,16 @@ class Flusher:
             except Exception:  # never let the thread die: the process would stop pushing
                 log.exception("ttft-exporter push: unexpected error (will retry)")
         self._last_push()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True when woken (stopping)."""
+        try:
+            ready, _, _ = select.select([self._wake_r], [], [], max(seconds, 0.0))
+        except (OSError, ValueError):  # the pipe was closed: we are stopping
+            return True
+        return bool(ready)
+
+
 
     def _last_push(self) -> None:
         """A last drain, then retry what is unacknowledged until the deadline."""
@@ -338,6 +370,14 @@ class Flusher:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _read_token(path: str) -> str:
