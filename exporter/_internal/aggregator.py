@@ -32,10 +32,12 @@ import logging
 import time
 from typing import Any, AsyncIterator, Callable
 
+from concurrent.futures import ThreadPoolExecutor
+
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from . import names, wire
+from . import connection_guard, names, wire
 from .access import Access
 from .config import Config, ConfigError
 from .journal import StateFiles
@@ -84,6 +86,9 @@ class Aggregator:
         self.recorder = recorder = recorder if recorder is not None else Recorder(config)
         self.clock = clock
         self.access = Access(config)  # reads the secrets: ConfigError when unusable
+        #: One thread applies pushes, expires gauges and writes snapshots, one at a time, off
+        #: the event loop.
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-aggregator")
         self.rejected = {reason: 0 for reason in names.REJECT_REASONS}
         self.batches = {result: 0 for result in names.PUSH_RESULTS}
         self.lost_batches = 0
@@ -214,14 +219,25 @@ class Aggregator:
                                              f"body over {limit} bytes")
                 return web.json_response(answer, status=status)
             chunks, size = [], 0
-            async for chunk in request.content.iter_chunked(1 << 16):
-                size += len(chunk)
-                if size > limit:
-                    status, answer = self.reject(names.REJECT_TOO_LARGE,
-                                                 f"body over {limit} bytes")
-                    return web.json_response(answer, status=status)
-                chunks.append(chunk)
-            status, answer = self.accept(b"".join(chunks))
+            try:
+                async with asyncio.timeout(self.config.server.body_timeout_seconds):
+                    async for chunk in request.content.iter_chunked(1 << 16):
+                        size += len(chunk)
+                        if size > limit:
+                            status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                                         f"body over {limit} bytes")
+                            return web.json_response(answer, status=status)
+                        chunks.append(chunk)
+            except TimeoutError:  # a client trickling its body: its connection goes
+                connection_guard.CLOSED["slow"] += 1
+                response = web.json_response({"error": "timeout", "detail": "body too slow"},
+                                             status=408)
+                response.force_close()
+                return response
+            # validation and merging run on the aggregator's own thread: the event loop keeps
+            # answering (/healthz, scrapes) during the largest push
+            status, answer = await asyncio.get_running_loop().run_in_executor(
+                self.worker, self.accept, b"".join(chunks))
             return web.json_response(answer, status=status)
         except (ConnectionError, asyncio.IncompleteReadError):
             raise
@@ -236,18 +252,23 @@ class Aggregator:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        self.close()
+        await asyncio.get_running_loop().run_in_executor(self.worker, self.close)
+        self.worker.shutdown(wait=True)
 
     async def _ticks(self) -> None:
-        interval = self.config.aggregator.snapshot_interval_seconds
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(1.0)
             try:
-                self.expire()
-                if self.files is not None and self.clock() - self._last_snapshot >= interval:
-                    self.snapshot()
+                await loop.run_in_executor(self.worker, self._tick)
             except Exception:
                 log.exception("ttft-exporter aggregator: background task failed")
+
+    def _tick(self) -> None:
+        self.expire()
+        interval = self.config.aggregator.snapshot_interval_seconds
+        if self.files is not None and self.clock() - self._last_snapshot >= interval:
+            self.snapshot()
 
     def close(self) -> None:
         """Write the last snapshot and close the journal (idempotent)."""

@@ -45,6 +45,9 @@ class ConfigError(ValueError):
 class ServerConfig:
     addr: str = "127.0.0.1"
     port: int = 9469
+    max_connections: int = 256  # past it a new connection is closed at once (counted)
+    header_timeout_seconds: float = 10.0  # for a complete request's headers (else closed)
+    body_timeout_seconds: float = 30.0  # for a /push body (else 408)
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,8 @@ class AggregatorConfig:
     """
 
     push_token_file: str = ""
-    max_body_bytes: int = 8 * 2**20  # compressed /push body
-    max_decompressed_bytes: int = 64 * 2**20
+    max_body_bytes: int = 4 * 2**20  # compressed /push body
+    max_decompressed_bytes: int = 16 * 2**20
     #: A worker's gauges are dropped when it has not pushed for this long (0: 3 × its interval).
     gauge_ttl_seconds: float = 0.0
     max_workers: int = 10_000  # (worker id, last seq) entries kept for idempotent retries

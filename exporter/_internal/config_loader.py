@@ -263,8 +263,13 @@ def _check(config: Config, e: _Report) -> None:
     for i, name in enumerate(lab.tenant_families):
         e.check(name not in names.HISTOGRAMS_BY_NAME, f"labels.tenant_families[{i}]",
                 f"not a histogram family: {_short(name)}")
-    e.check(not 0 <= config.server.port <= 65535, "server.port",
-            f"must be between 0 (any free port) and 65535, got {config.server.port}")
+    server = config.server
+    e.check(not 0 <= server.port <= 65535, "server.port",
+            f"must be between 0 (any free port) and 65535, got {server.port}")
+    e.check(server.max_connections < 1, "server.max_connections", "must be at least 1")
+    for key in ("header_timeout_seconds", "body_timeout_seconds"):
+        e.check(not 0 < getattr(server, key) <= 3600, f"server.{key}",
+                "must be positive and at most 3600")
     hist = config.histograms
     e.check(not 1 <= hist.significant_digits <= 3, "histograms.significant_digits",
             "must be 1, 2 or 3")

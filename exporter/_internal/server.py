@@ -10,6 +10,7 @@ self-metrics with the rest.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import signal
 import ssl
@@ -21,6 +22,8 @@ from aiohttp import web
 from . import runtime
 from .exposition import Renderer
 from .http_thread import HttpThread
+from .config import ServerConfig
+from .connection_guard import Limits
 from .textformat import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from .wire import PUSH_PATH
 
@@ -54,7 +57,9 @@ def create_app(renderer: Callable[[], Renderer] | None = None,
             return web.Response(status=401, text="unauthorized\n", headers={
                 "WWW-Authenticate": aggregator.access.metrics_challenge()})
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
-        body = get_renderer().render(openmetrics)
+        # rendered off the event loop: /healthz and pushes are answered meanwhile
+        body = await asyncio.get_running_loop().run_in_executor(
+            None, get_renderer().render, openmetrics)
         headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else
                    TEXT_CONTENT_TYPE}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
@@ -78,8 +83,12 @@ class ExporterServer(HttpThread):
     """The exporter app running on its own event loop in a daemon thread."""
 
     def __init__(self, app: web.Application, addr: str, port: int,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
-        super().__init__(app, addr, port, name="ttft-exporter-http", ssl_context=ssl_context)
+                 ssl_context: ssl.SSLContext | None = None,
+                 config: ServerConfig | None = None) -> None:
+        """`config` bounds the connections (the process's `server` section by default)."""
+        server = config or runtime.state().config.server
+        super().__init__(app, addr, port, name="ttft-exporter-http", ssl_context=ssl_context,
+                         limits=Limits(server.max_connections, server.header_timeout_seconds))
 
     @property
     def url(self) -> str:
@@ -88,7 +97,10 @@ class ExporterServer(HttpThread):
 
 
 def start_http_server(port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR) -> ExporterServer:
-    """Serve the process-wide metrics on addr:port from a daemon thread; returns the server."""
+    """Serve the process-wide metrics on addr:port from a daemon thread; returns the server.
+
+    Raises OSError naming the address when it cannot listen (the port is taken, say): the app
+    decides whether to go on without /metrics."""
     return ExporterServer(create_app(), addr, port).start()
 
 
