@@ -49,9 +49,7 @@ TENANT_WINDOW = 300
 ERROR_OUTCOMES = (names.ERROR, names.TIMEOUT)
 
 #: SLI kind -> histogram family whose SLO threshold is a bucket boundary.
-LATENCY_SLIS: dict[str, names.Family] = {
-    "ttft": names.TTFT, "first_answer_token": names.FIRST_ANSWER, "stall": names.STALL,
-}
+LATENCY_SLIS: dict[str, names.Family] = dict(names.SLO_FAMILIES)
 ERRORS_SLI = "errors"
 SLIS: tuple[str, ...] = (*LATENCY_SLIS, ERRORS_SLI)
 
