@@ -70,14 +70,20 @@ def _exemplar(exemplar: Exemplar) -> pb.Exemplar:
 
 
 class Encoder:
-    """Serializes one config's series: histograms with native buckets, SLO counts, windows."""
+    """Serializes one config's series: histograms with native buckets, SLO counts, windows.
+
+    Built for speed with the library: a template Histogram per family holds the classic
+    buckets' upper bounds (copied, then the counts set), and label pairs are built once per
+    series.
+    """
 
     def __init__(self, config: Config, families: dict[str, FamilySchema]):
         hist = config.histograms
         self._converters: dict[str, Converter] = {}
-        self._bounds: dict[str, list[float]] = {}
-        #: family -> (positions in the layout's boundaries, `le` label values) of its SLO counts
-        self._slo: dict[str, tuple[list[int], list[str]]] = {}
+        self._templates: dict[str, pb.Histogram] = {}
+        #: family -> (positions in the layout's boundaries, `le` label pairs) of its SLO counts
+        self._slo: dict[str, tuple[list[int], list[pb.LabelPair]]] = {}
+        self._labels: dict[tuple[tuple[str, str], ...], list[pb.LabelPair]] = {}
         by_layout: dict[int, Converter] = {}
         for name, spec in families.items():
             fam, layout = spec.family, spec.layout
@@ -86,18 +92,27 @@ class Encoder:
                 converter = by_layout[id(layout)] = Converter(
                     layout, fam.scale, hist.native_schema, hist.native_max_buckets)
             self._converters[name] = converter
-            self._bounds[name] = [fam.to_unit(b) for b in layout.boundaries]
+            self._templates[name] = pb.Histogram(
+                zero_threshold=ZERO_THRESHOLD,
+                bucket=[pb.Bucket(upper_bound=fam.to_unit(b)) for b in layout.boundaries])
         for objective, fam in names.SLO_FAMILIES.items():
             layout = families[fam.name].layout
             thresholds = config.objective_thresholds(objective)
             positions = [layout.boundaries.index(fam.from_unit(t)) for t in thresholds]
             les = [textformat.number(t) for t in thresholds] + ["+Inf"]
-            self._slo[fam.name] = (positions, les)
+            self._slo[fam.name] = (positions, [pb.LabelPair(name="le", value=le) for le in les])
 
     def slo_families(self) -> list[tuple[str, names.Family]]:
         """(SLO counter name, family) of every family served with SLO counts."""
         return [(names.slo_calls_name(names.HISTOGRAMS_BY_NAME[name]),
                  names.HISTOGRAMS_BY_NAME[name]) for name in self._slo]
+
+    def _label_pairs(self, labels: Sequence[tuple[str, str]]) -> list[pb.LabelPair]:
+        key = tuple(labels)
+        found = self._labels.get(key)
+        if found is None:
+            found = self._labels[key] = [pb.LabelPair(name=k, value=v) for k, v in key]
+        return found
 
     def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], hist: Histogram,
                   exemplars: dict[int, Exemplar] | None) -> tuple[bytes, bytes]:
@@ -105,18 +120,23 @@ class Encoder:
         name = fam.name
         native = self._converters[name].convert(hist)
         cumulative = hist.cumulative_at()
-        out = pb.Histogram(sample_count=hist.count, sample_sum=fam.to_unit(hist.total),
-                           schema=native.schema, zero_threshold=ZERO_THRESHOLD,
-                           zero_count=native.zero_count, positive_delta=native.deltas)
+        label_pairs = self._label_pairs(labels)
+        family = pb.MetricFamily()
+        metric = family.metric.add()
+        metric.label.extend(label_pairs)
+        out = metric.histogram
+        out.CopyFrom(self._templates[name])
+        out.sample_count, out.sample_sum = hist.count, fam.to_unit(hist.total)
+        out.schema, out.zero_count = native.schema, native.zero_count
+        for bucket, count in zip(out.bucket, cumulative):
+            bucket.cumulative_count = count
         if native.spans:
             add_span = out.positive_span.add
             for offset, length in native.spans:
                 add_span(offset=offset, length=length)
+            out.positive_delta.extend(native.deltas)
         else:
             out.positive_span.extend(_NO_OP_SPAN)
-        add_bucket = out.bucket.add
-        for upper, count in zip(self._bounds[name], cumulative):
-            add_bucket(upper_bound=upper, cumulative_count=count)
         if exemplars:
             buckets = out.bucket
             for position, exemplar in sorted(exemplars.items()):
@@ -124,26 +144,31 @@ class Encoder:
                 if position < len(buckets):  # (the +Inf bucket is implied, not sent)
                     buckets[position].exemplar.CopyFrom(message)
                 out.exemplars.append(message)  # for parsers reading native exemplars
-        label_pairs = _labels(labels)
-        metric = pb.MetricFamily(metric=[pb.Metric(label=label_pairs, histogram=out)])
         slo = self._slo.get(name)
         if slo is None:
-            return metric.SerializeToString(), b""
+            return family.SerializeToString(), b""
         positions, les = slo
         counts = [cumulative[p] for p in positions] + [hist.count]
-        slo_metrics = pb.MetricFamily(metric=[
-            pb.Metric(label=[*label_pairs, pb.LabelPair(name="le", value=le)],
-                      counter=pb.Counter(value=c)) for le, c in zip(les, counts)])
-        return metric.SerializeToString(), slo_metrics.SerializeToString()
+        counters = pb.MetricFamily()
+        for le, count in zip(les, counts):
+            counter = counters.metric.add()
+            counter.label.extend(label_pairs)
+            counter.label.append(le)
+            counter.counter.value = count
+        return family.SerializeToString(), counters.SerializeToString()
 
-    @staticmethod
-    def window(labels: Sequence[tuple[str, str]], quantiles: Sequence[float],
+    def window(self, labels: Sequence[tuple[str, str]], quantiles: Sequence[float],
                values: Sequence[float] | None, count: int, total: float) -> bytes:
         """A window-quantile summary metric (no quantiles while the window is empty)."""
-        summary = pb.Summary(sample_count=count, sample_sum=total, quantile=[
-            pb.Quantile(quantile=q, value=v) for q, v in zip(quantiles, values or ())])
-        return pb.MetricFamily(metric=[pb.Metric(label=_labels(labels), summary=summary)]
-                               ).SerializeToString()
+        family = pb.MetricFamily()
+        metric = family.metric.add()
+        metric.label.extend(self._label_pairs(labels))
+        summary = metric.summary
+        summary.sample_count, summary.sample_sum = count, total
+        add = summary.quantile.add
+        for q, v in zip(quantiles, values or ()):
+            add(quantile=q, value=v)
+        return family.SerializeToString()
 
 
 def small_family(family: Metric) -> bytes:
