@@ -2,10 +2,10 @@
 
 `generate` writes the mode `dashboards.histograms` selects; the repository's committed set is
 `generate_defaults`: the default config in both modes, native under `native/` subdirectories
-(`alerts/native/`, `dashboards/native/`). Output is deterministic (sorted keys, fixed uids, 2-space indent, trailing newline) so the
-committed files are exactly the defaults' output and a test can regenerate and diff them. Every
-file written says it is generated: a comment heads the rule files, the dashboards' descriptions
-end with the same words.
+(`alerts/native/`, `dashboards/native/`). Output is deterministic (sorted keys, fixed uids,
+2-space indent, trailing newline) so the committed files are exactly the defaults' output and a
+test can regenerate and diff them. Every file written says it is generated: a comment heads the
+rule files, the dashboards' descriptions end with the same words.
 """
 
 from __future__ import annotations
