@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import random
+from dataclasses import replace
 import shutil
 import time
 import urllib.request
@@ -16,14 +17,16 @@ import numpy as np
 
 from exporter._internal import names, runtime
 from exporter._internal.config import Config
+from exporter._internal.exposition import Renderer
 from exporter._internal.histogram import Histogram, Layout
 from exporter._internal.names import US_PER_SECOND
 from exporter._internal.native import Converter, error_bound
+from exporter._internal.protobuf_exposition import Encoder
 from exporter._internal.server import ExporterServer, create_app
 from exporter._internal.timeline import CallTimeline
 
-from .core import _ttft_only
 from .accuracy import QUANTILES, histogram_quantile, native_histogram_quantile, sample
+from .core import _ttft_only
 from .harness import Stat, ratios
 
 CALLS_PER_SERIES = 20
@@ -49,22 +52,25 @@ def populate(n: int) -> None:
 def render_side_by_side(n: int, runs: int) -> list[str]:
     populate(n)
     rec, renderer = runtime.state().recorder, runtime.state().renderer
+    lean = Renderer(rec)  # the same series, protobuf without the classic buckets
+    lean._encoder = Encoder(replace(rec.config, histograms=replace(
+        rec.config.histograms, protobuf_classic_buckets=False)), rec.schema.families)
     ttft = list(rec.families[names.TTFT.name].series.values())
-    text_ms, proto_ms = [], []
-    text, proto = renderer.render(), renderer.render_protobuf()  # warm-up: caches, tables
-    for _ in range(runs):  # every series changed before each render, formats interleaved
-        for fmt, times in (("text", text_ms), ("protobuf", proto_ms)):
+    contenders = {"text": renderer.render, "protobuf": renderer.render_protobuf,
+                  "lean": lean.render_protobuf}
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    bodies = {name: render() for name, render in contenders.items()}  # warm-up: caches
+    for _ in range(runs):  # every series changed before each render, contenders interleaved
+        for name, render in contenders.items():
             rec._dirty.update(ttft)
             started = time.perf_counter()
-            body = renderer.render() if fmt == "text" else renderer.render_protobuf()
-            times.append((time.perf_counter() - started) * 1000)
-            if fmt == "text":
-                text = body
-            else:
-                proto = body
+            bodies[name] = render()
+            times[name].append((time.perf_counter() - started) * 1000)
+    text, proto, lean_body = bodies["text"], bodies["protobuf"], bodies["lean"]
+    text_ms, proto_ms = times["text"], times["protobuf"]
     size_ratio = len(text) / len(proto)
     gz_text, gz_proto = len(gzip.compress(text, 1)), len(gzip.compress(proto, 1))
-    speed = ratios(text_ms, proto_ms)
+    speed, lean_speed = ratios(text_ms, proto_ms), ratios(text_ms, times["lean"])
     return [
         f"| scrape bytes, {n:,} series: classic text / protobuf with native | "
         f"{len(text) / 1e6:.2f} MB / {len(proto) / 1e6:.2f} MB ({size_ratio:.1f}× smaller); "
@@ -77,6 +83,13 @@ def render_side_by_side(n: int, runs: int) -> list[str]:
         f"{Stat.of(proto_ms).fmt('ms', 1)} | no slower than text | "
         f"{'met' if speed.median >= 1 else 'missed'} (text/protobuf = {speed.median:.2f}×, "
         f"min {speed.low:.2f}, max {speed.high:.2f}) |",
+        f"| the same, `protobuf_classic_buckets: false` (native buckets, SLO counts and "
+        f"exemplar buckets only): bytes; render | {len(lean_body) / 1e6:.2f} MB "
+        f"({len(text) / len(lean_body):.1f}× smaller than text); "
+        f"{Stat.of(times['lean']).fmt('ms', 1)} | | bytes "
+        f"{'met' if len(text) / len(lean_body) >= 5 else 'missed'}, render "
+        f"{'met' if lean_speed.median >= 1 else 'missed'} (text/this = "
+        f"{lean_speed.median:.2f}×) |",
     ]
 
 

@@ -227,3 +227,17 @@ def test_a_coarser_schema_from_the_config() -> None:
     record(ttft_ms=120)
     h = decode(runtime.state().renderer.render_protobuf())[names.TTFT.name].metric[0].histogram
     assert h.schema == 2 and h.zero_threshold == 2.0 ** -128
+
+
+def test_without_classic_buckets_only_the_exemplars_buckets_are_sent() -> None:
+    runtime.configure({"histograms": {"protobuf_classic_buckets": False}})
+    record(ttft_ms=120, trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
+    record(ttft_ms=900)
+    families = decode(runtime.state().renderer.render_protobuf())
+    h = families[names.TTFT.name].metric[0].histogram
+    assert [(b.upper_bound, b.cumulative_count) for b in h.bucket] == [(0.15, 1)]
+    assert h.bucket[0].exemplar.label[0].value == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert h.sample_count == 2 and sum(c for *_, c in native_buckets(_native(h))) == 2
+    assert not families[names.OUTPUT_TOKENS.name].metric[0].histogram.bucket  # no exemplar
+    slo = families[names.slo_calls_name(names.TTFT)].metric
+    assert sorted(m.counter.value for m in slo) == [2.0, 2.0]  # both calls within 2 s

@@ -71,6 +71,10 @@ class HistogramConfig:
     native_schema: int = 5
     #: A histogram with more populated native buckets is served at a coarser schema.
     native_max_buckets: int = 320
+    #: Send the classic buckets in the protobuf format too (scrapers that ingest them: classic
+    #: consumers of protobuf, `scrape_classic_histograms`). Off: only buckets carrying an
+    #: exemplar (Prometheus 2.42 reads exemplars there), 37 % fewer bytes.
+    protobuf_classic_buckets: bool = True
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,8 @@ class Encoder:
         #: family -> (positions in the layout's boundaries, `le` label pairs) of its SLO counts
         self._slo: dict[str, tuple[list[int], list[pb.LabelPair]]] = {}
         self._labels: dict[tuple[tuple[str, str], ...], list[pb.LabelPair]] = {}
+        self._classic = hist.protobuf_classic_buckets
+        self._bounds: dict[str, list[float]] = {}
         by_layout: dict[int, Converter] = {}
         for name, spec in families.items():
             fam, layout = spec.family, spec.layout
@@ -92,9 +94,9 @@ class Encoder:
                 converter = by_layout[id(layout)] = Converter(
                     layout, fam.scale, hist.native_schema, hist.native_max_buckets)
             self._converters[name] = converter
-            self._templates[name] = pb.Histogram(
-                zero_threshold=ZERO_THRESHOLD,
-                bucket=[pb.Bucket(upper_bound=fam.to_unit(b)) for b in layout.boundaries])
+            self._bounds[name] = [fam.to_unit(b) for b in layout.boundaries]
+            self._templates[name] = pb.Histogram(zero_threshold=ZERO_THRESHOLD, bucket=[
+                pb.Bucket(upper_bound=b) for b in self._bounds[name]] if self._classic else [])
         for objective, fam in names.SLO_FAMILIES.items():
             layout = families[fam.name].layout
             thresholds = config.objective_thresholds(objective)
@@ -128,7 +130,7 @@ class Encoder:
         out.CopyFrom(self._templates[name])
         out.sample_count, out.sample_sum = hist.count, fam.to_unit(hist.total)
         out.schema, out.zero_count = native.schema, native.zero_count
-        for bucket, count in zip(out.bucket, cumulative):
+        for bucket, count in zip(out.bucket, cumulative):  # (none without classic buckets)
             bucket.cumulative_count = count
         if native.spans:
             add_span = out.positive_span.add
@@ -138,12 +140,7 @@ class Encoder:
         else:
             out.positive_span.extend(_NO_OP_SPAN)
         if exemplars:
-            buckets = out.bucket
-            for position, exemplar in sorted(exemplars.items()):
-                message = _exemplar(exemplar)
-                if position < len(buckets):  # (the +Inf bucket is implied, not sent)
-                    buckets[position].exemplar.CopyFrom(message)
-                out.exemplars.append(message)  # for parsers reading native exemplars
+            self._exemplars(out, name, cumulative, exemplars)
         slo = self._slo.get(name)
         if slo is None:
             return family.SerializeToString(), b""
@@ -156,6 +153,21 @@ class Encoder:
             counter.label.append(le)
             counter.counter.value = count
         return family.SerializeToString(), counters.SerializeToString()
+
+    def _exemplars(self, out: pb.Histogram, name: str, cumulative: list[int],
+                   exemplars: dict[int, Exemplar]) -> None:
+        """Each exemplar on its classic bucket (where 2.42 reads them; without classic buckets,
+        on a bucket sent for it alone) and in the native histogram's own list."""
+        bounds = self._bounds[name]
+        for position, exemplar in sorted(exemplars.items()):
+            message = _exemplar(exemplar)
+            if position < len(bounds):  # (the +Inf bucket is implied, not sent)
+                if self._classic:
+                    out.bucket[position].exemplar.CopyFrom(message)
+                else:
+                    out.bucket.add(upper_bound=bounds[position],
+                                   cumulative_count=cumulative[position], exemplar=message)
+            out.exemplars.append(message)  # for parsers reading native exemplars
 
     def window(self, labels: Sequence[tuple[str, str]], quantiles: Sequence[float],
                values: Sequence[float] | None, count: int, total: float) -> bytes:
