@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -95,6 +96,12 @@ def test_a_fleet_of_three_on_prometheus_with_native_histograms(tmp_path: Path) -
     try:
         pods = [Pod(0), Pod(1), Pod(2, aggregator.base)]
         urls = [pods[0].url, pods[1].url, aggregator.base + "/metrics"]
+        # the pushed warm-up complete before the first scrape, as the other pods' is: the rate
+        # check below takes each series' first sample for the warm-up
+        deadline = time.monotonic() + 30
+        while classic_counts(urls[2]).get((TTFT + "_count", "")) != fleet_pod.CALLS // 10:
+            assert time.monotonic() < deadline, "the push worker's warm-up did not arrive"
+            time.sleep(0.1)  # polling the aggregator, which merges pushes every 0.2 s
         targets = [u.split("//", 1)[1].split("/", 1)[0] for u in urls]
         with PrometheusServer(SCRAPE.format(targets=targets), rule_files=rules,
                               extra_flags=["--enable-feature=native-histograms"]) as prom:
