@@ -47,10 +47,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from ._internal.generate import generate
+    from ._internal.generate import generate, generate_defaults
 
-    config = load(args.config)
-    for path in generate(config, Path(args.out)):
+    if args.config is None:  # the defaults in both modes: what the repository commits
+        written = generate_defaults(Path(args.out))
+    else:
+        written = generate(load(args.config), Path(args.out))
+    for path in written:
         print(path)
     return 0
 
@@ -82,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
     p.set_defaults(func=_demo)
     p = sub.add_parser("generate", help="write dashboards/ and alerts/ from the config")
-    p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
+    p.add_argument("--config", help="ttft-exporter.yaml (without it: the defaults, classic "
+                                    "histograms at the top and native ones under native/)")
     p.add_argument("--out", default=".", help="directory holding dashboards/ and alerts/")
     p.set_defaults(func=_generate)
     p = sub.add_parser("check-config", help="validate a config file; exit 2 on any error")

@@ -16,6 +16,7 @@ def defined_names() -> set[str]:
             names.SELF_TENANT_FOLDS, names.SELF_LABEL_FOLDS, names.SELF_DROPS,
             names.SELF_SCRAPE_DURATION, names.SELF_HTTP_CLOSED}
     out |= set(names.AGGREGATOR_SELF_METRICS)
+    out |= {names.slo_calls_name(f) for f in names.SLO_FAMILIES.values()}
     return out
 
 

@@ -15,9 +15,9 @@ from typing import Any
 from . import names
 from .config import AlertingConfig, Config
 from .promql import (ERRORS_SLI, MODEL_ROUTE, PAGE_BURN, REGRESSION_WINDOW, SLI_WINDOWS, SLIS,
-                     TENANT_WINDOW, BurnRate, Names, Scope, by, duration, eq, indent, num,
-                     outcome_ratio, percent, quantile, scopes, selector, sli_error_ratio,
-                     sli_record)
+                     TENANT_WINDOW, BurnRate, Names, Scope, by, duration, eq, histogram_rate,
+                     indent, is_native, num, outcome_ratio, percent, quantile, scopes, selector,
+                     sli_error_ratio, sli_record)
 
 # --- alert-only policy ------------------------------------------------------------------------
 
@@ -68,23 +68,26 @@ def _latency_records(config: Config, w: _Windows) -> list[dict[str, Any]]:
     connect = [eq(names.PHASE, CONNECT_PHASE)]
     phase_by = (*MODEL_ROUTE, names.PHASE)
     tenant_by = (*MODEL_ROUTE, names.TENANT)
+    native = is_native(config)
 
     def tenant_p99(offset: str) -> str:
         # Only tenants with calls in the window: an idle tenant's quantile is NaN, and counting
         # it would dilute the share of degraded tenants.
-        shift = f" offset {offset}" if offset else ""
         calls = (f"sum by ({by(tenant_by)}) "
-                 f"(rate({names.TTFT.name}_count[{ten}]{shift})) > 0")
-        return f"{quantile(0.99, names.TTFT, tenant_by, ten, offset=offset)}\nand\n{calls}"
+                 f"({histogram_rate(names.TTFT, 'count', [], ten, offset, native)}) > 0")
+        p99 = quantile(0.99, names.TTFT, tenant_by, ten, offset=offset, native=native)
+        return f"{p99}\nand\n{calls}"
 
     return [
-        {"record": n.ttft_p99, "expr": quantile(0.99, names.TTFT, MODEL_ROUTE, reg)},
+        {"record": n.ttft_p99,
+         "expr": quantile(0.99, names.TTFT, MODEL_ROUTE, reg, native=native)},
         {"record": n.ttft_p99_baseline,
-         "expr": quantile(0.99, names.TTFT, MODEL_ROUTE, reg, offset=reg_off)},
+         "expr": quantile(0.99, names.TTFT, MODEL_ROUTE, reg, offset=reg_off, native=native)},
         {"record": n.connect_p99,
-         "expr": quantile(0.99, names.PHASE_FAMILY, phase_by, reg, connect)},
+         "expr": quantile(0.99, names.PHASE_FAMILY, phase_by, reg, connect, native=native)},
         {"record": n.connect_p99_baseline,
-         "expr": quantile(0.99, names.PHASE_FAMILY, phase_by, reg, connect, offset=reg_off)},
+         "expr": quantile(0.99, names.PHASE_FAMILY, phase_by, reg, connect, offset=reg_off,
+                          native=native)},
         {"record": n.tenant_p99, "expr": tenant_p99("")},
         {"record": n.tenant_p99_baseline, "expr": tenant_p99(ten_off)},
         {"record": n.tenant_p99_rise, "expr": f"{n.tenant_p99}\n/ {n.tenant_p99_baseline}"},

@@ -25,13 +25,14 @@ from typing import Any, Mapping
 import yaml
 
 from . import names
-from .config import (SLO, AggregatorConfig, AlertingConfig, Config, ConfigError, HistogramConfig,
-                     LabelConfig, Objective, OtelConfig, PushConfig, ServerConfig, WindowConfig)
+from .config import (SLO, AggregatorConfig, AlertingConfig, Config, ConfigError,
+                     DashboardsConfig, HistogramConfig, LabelConfig, Objective, OtelConfig,
+                     PushConfig, ServerConfig, WindowConfig)
 
 _SECTIONS: dict[str, type] = {
     "server": ServerConfig, "labels": LabelConfig, "histograms": HistogramConfig,
-    "window": WindowConfig, "alerting": AlertingConfig, "push": PushConfig,
-    "aggregator": AggregatorConfig, "otel": OtelConfig,
+    "window": WindowConfig, "alerting": AlertingConfig, "dashboards": DashboardsConfig,
+    "push": PushConfig, "aggregator": AggregatorConfig, "otel": OtelConfig,
 }
 _OBJECTIVES = ("ttft", "first_answer_token", "stall", "errors")
 #: More values than this in a config (after YAML aliases are expanded) is not a config.
@@ -275,6 +276,10 @@ def _check(config: Config, e: _Report) -> None:
             "must be 1, 2 or 3")
     e.check(hist.max_seconds < 1, "histograms.max_seconds", "must be at least 1")
     e.check(hist.max_tokens < 1000, "histograms.max_tokens", "must be at least 1000")
+    e.check(not -4 <= hist.native_schema <= 8, "histograms.native_schema",
+            f"must be between -4 and 8 (Prometheus' exponential schemas), got "
+            f"{hist.native_schema}")
+    e.check(hist.native_max_buckets < 8, "histograms.native_max_buckets", "must be at least 8")
     for key in ("seconds_buckets", "token_buckets"):
         bounds = getattr(hist, key)
         e.check(not bounds, f"histograms.{key}", "must not be empty")
@@ -293,6 +298,8 @@ def _check(config: Config, e: _Report) -> None:
                 f"must be strictly between 0 and 1, got {q:g}")
     _check_slos(config, e)
     _check_alerting(config.alerting, e)
+    e.check(config.dashboards.histograms not in ("classic", "native"), "dashboards.histograms",
+            f"must be classic or native, got {_short(config.dashboards.histograms)}")
     e.check(bool(config.push_url) and not config.push_url.startswith(("http://", "https://")),
             "push_url", "must be an http:// or https:// URL")
     _check_push(config.push, config.aggregator, e)

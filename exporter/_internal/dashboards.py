@@ -57,7 +57,8 @@ SPECS = (OVERVIEW, PHASES, TENANTS, STREAM)
 def target(expr: str, legend: str = "", *, instant: bool = False,
            fmt: str = core.TIME_SERIES_TARGET_FORMAT) -> PromTarget:
     """A query; range queries over the buckets of a family with exemplars show them."""
-    exemplar = not instant and any(f"{f.name}_bucket" in expr for f in names.WINDOWED)
+    exemplar = not instant and any(f"{f.name}_bucket" in expr or f"{f.name}{{" in expr
+                                   for f in names.WINDOWED)
     return PromTarget(expr=expr, legendFormat=legend, instant=instant, format=fmt,
                       exemplar=exemplar)
 
@@ -86,11 +87,15 @@ def stat(title: str, description: str, expr: str, legend: str, unit: str,
                 noValue="no calls")
 
 
-def heatmap(title: str, description: str, family: names.Family, matchers: Sequence[str]
-            ) -> BucketHeatmap:
-    expr = f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{RATE}]))"
+def heatmap(title: str, description: str, family: names.Family, matchers: Sequence[str],
+            native: bool = False) -> BucketHeatmap:
+    if native:  # Grafana draws the buckets of native histograms itself
+        expr, legend = f"sum(increase({selector(family.name, matchers)}[{RATE}]))", ""
+    else:
+        expr = f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{RATE}]))"
+        legend = "{{le}}"
     return BucketHeatmap(title=title, description=description, thresholds=BASE,
-                         targets=_with_ref_ids([target(expr, "{{le}}", fmt="heatmap")]))
+                         targets=_with_ref_ids([target(expr, legend, fmt="heatmap")]))
 
 
 def bargauge(title: str, description: str, expr: str, legend: str,
@@ -124,6 +129,7 @@ class _Queries:
     def __init__(self, config: Config):
         self.config = config
         self.scopes = promql.scopes(config)
+        self.native = promql.is_native(config)
 
     def vars(self, family: names.Family | None = None) -> list[str]:
         """Matchers for $model, $route and, when the family carries it, $tenant.
@@ -159,7 +165,7 @@ class _Queries:
 
     def quantiles(self, family: names.Family, labels: Sequence[str], qs: Sequence[float],
                   legend: str) -> list[PromTarget]:
-        return [target(quantile(q, family, labels, RATE, self.vars(family)),
+        return [target(quantile(q, family, labels, RATE, self.vars(family), native=self.native),
                        f"p{num(q * 100)} {legend}") for q in qs]
 
 
@@ -220,8 +226,9 @@ def overview(config: Config) -> list[core.Panel]:
                     q.quantiles(names.FIRST_ANSWER, MODEL_ROUTE, (0.5, 0.9, 0.99), MR_LEGEND),
                     "s", thresholds=[step("green"), step("red", fat_t)]), 12),
         (heatmap("TTFT distribution",
-                 "Calls per TTFT bucket and interval, from the exporter's classic buckets.",
-                 names.TTFT, q.vars(names.TTFT)), 24),
+                 f"Calls per TTFT bucket and interval, from the exporter's "
+                 f"{'native' if q.native else 'classic'} buckets.",
+                 names.TTFT, q.vars(names.TTFT), q.native), 24),
         (Row(title="Traffic"), 24),
         (timeseries("Calls by outcome", "Calls per second that ended with each outcome.",
                     [target(_sum([names.OUTCOME], _rate(names.REQUESTS_TOTAL, q.vars())),
@@ -234,15 +241,18 @@ def overview(config: Config) -> list[core.Panel]:
 
 def phases(config: Config) -> list[core.Panel]:
     q, fam = _Queries(config), names.PHASE_FAMILY
-    mr, tok = q.mr(), names.INPUT_TOKENS.name
-    mean_phase = (f"{_sum([names.PHASE], _rate(fam.name + '_sum', q.vars(fam)))}\n"
-                  f"/ {_sum([names.PHASE], _rate(fam.name + '_count', q.vars(fam)))}")
-    mean_ttft = (f"{_sum(MODEL_ROUTE, _rate(names.TTFT.name + '_sum', mr))}\n"
-                 f"/ {_sum(MODEL_ROUTE, _rate(names.TTFT.name + '_count', mr))}")
-    cached = _sum(MODEL_ROUTE, _rate(names.CACHED_INPUT_TOKENS.name + "_sum", mr))
-    inputs = _sum(MODEL_ROUTE, _rate(tok + "_sum", mr))
+    mr = q.mr()
+    def rate(family: names.Family, part: str, matchers: Sequence[str]) -> str:
+        return promql.histogram_rate(family, part, matchers, RATE, native=q.native)
+
+    mean_phase = (f"{_sum([names.PHASE], rate(fam, 'sum', q.vars(fam)))}\n"
+                  f"/ {_sum([names.PHASE], rate(fam, 'count', q.vars(fam)))}")
+    mean_ttft = (f"{_sum(MODEL_ROUTE, rate(names.TTFT, 'sum', mr))}\n"
+                 f"/ {_sum(MODEL_ROUTE, rate(names.TTFT, 'count', mr))}")
+    cached = _sum(MODEL_ROUTE, rate(names.CACHED_INPUT_TOKENS, "sum", mr))
+    inputs = _sum(MODEL_ROUTE, rate(names.INPUT_TOKENS, "sum", mr))
     uncached_mean = (f"(\n  {inputs}\n  - ({cached} or 0 * {inputs})\n)\n"
-                     f"/ {_sum(MODEL_ROUTE, _rate(tok + '_count', mr))}")
+                     f"/ {_sum(MODEL_ROUTE, rate(names.INPUT_TOKENS, 'count', mr))}")
     return layout([
         (Row(title="Phases of a call"), 24),
         (timeseries("Mean time per phase",
@@ -254,7 +264,8 @@ def phases(config: Config) -> list[core.Panel]:
                     "p99 of each phase by model and route. Network phases moving while model "
                     "phases stay flat means a route or region change.",
                     [target(quantile(0.99, fam, (*MODEL_ROUTE, names.PHASE), RATE,
-                                     q.vars(fam)), "{{phase}} " + MR_LEGEND)], "s"), 12),
+                                     q.vars(fam), native=q.native), "{{phase}} " + MR_LEGEND)],
+                    "s"), 12),
         (Row(title="Prompt size and prompt cache (all tenants)"), 24),
         (timeseries("TTFT per 1k uncached input tokens",
                     "Mean TTFT divided by the mean uncached input tokens per call, × 1000. "
@@ -310,12 +321,14 @@ def tenants(config: Config) -> list[core.Panel]:
                     "All tenants moving together points at the provider, one alone at the "
                     "tenant.",
                     [target(quantile(0.99, names.TTFT, [names.TENANT], RATE,
-                                     q.vars(names.TTFT)), "{{tenant}}")], "s"), 12),
+                                     q.vars(names.TTFT), native=q.native), "{{tenant}}")],
+                    "s"), 12),
         (timeseries("Stall p99 by tenant",
                     "Head-of-line blocking in the provider's batch shows as stalls for all "
                     "tenants of a model at once.",
                     [target(quantile(0.99, names.STALL, [names.TENANT], RATE,
-                                     q.vars(names.STALL)), "{{tenant}}")], "s"), 12),
+                                     q.vars(names.STALL), native=q.native), "{{tenant}}")],
+                    "s"), 12),
         (Row(title=f"Tenant folding into {names.OTHER_TENANT}"), 24),
         (timeseries("Calls folded per second",
                     f"Calls recorded under {names.OTHER_TENANT} because the model and route "
@@ -345,7 +358,7 @@ def stream_health(config: Config) -> list[core.Panel]:
                     q.quantiles(names.ITL, MODEL_ROUTE, (0.5, 0.99), MR_LEGEND), "s"), 8),
         (heatmap("Longest stall per call",
                  "Distribution of each call's largest gap between tokens.",
-                 names.STALL, q.vars(names.STALL)), 8),
+                 names.STALL, q.vars(names.STALL), q.native), 8),
         (timeseries("Time per output token p50 / p99",
                     "(last token - first token) / (output tokens - 1), per call.",
                     q.quantiles(names.TPOT, MODEL_ROUTE, (0.5, 0.99), MR_LEGEND), "s"), 8),

@@ -8,6 +8,12 @@ rules themselves (and alert-only policy) are in alerts.py, the panels in dashboa
 metric name comes from exporter.names; the recording rules' own names follow Prometheus'
 `level:metric:operation` convention and keep their nominal windows at any `window_scale`.
 
+Two modes (`dashboards.histograms`): `classic` reads the `le` buckets, `native` the native
+histograms Prometheus scrapes over protobuf (`histogram_quantile` / `histogram_count` /
+`histogram_sum` on the one series) and, for SLO ratios, the exact SLO counts served beside them
+(`names.slo_calls_name`, whose `le="+Inf"` series counts every call): the same division of
+exact counts as `_bucket{le=...}` / `_count`, so both modes give the same ratios.
+
 SLO scopes: the first SLO entry is the default, later entries override it for a (model, route)
 selector and the last matching entry wins (config.slo_for). Each entry's queries select its own
 (model, route) pairs and drop, with `unless on (model, route)`, the pairs a later entry claims.
@@ -49,9 +55,7 @@ TENANT_WINDOW = 300
 ERROR_OUTCOMES = (names.ERROR, names.TIMEOUT)
 
 #: SLI kind -> histogram family whose SLO threshold is a bucket boundary.
-LATENCY_SLIS: dict[str, names.Family] = {
-    "ttft": names.TTFT, "first_answer_token": names.FIRST_ANSWER, "stall": names.STALL,
-}
+LATENCY_SLIS: dict[str, names.Family] = dict(names.SLO_FAMILIES)
 ERRORS_SLI = "errors"
 SLIS: tuple[str, ...] = (*LATENCY_SLIS, ERRORS_SLI)
 
@@ -125,6 +129,7 @@ class Scope:
     slo: SLO
     matchers: tuple[str, ...]
     excluded: tuple[tuple[str, ...], ...]
+    native: bool = False  # dashboards.histograms: native
 
 
 def scopes(config: Config) -> list[Scope]:
@@ -139,8 +144,13 @@ def scopes(config: Config) -> list[Scope]:
         if ident in seen:
             ident = f"{ident}#{i}"
         seen.add(ident)
-        out.append(Scope(ident, slo, _matchers(slo), excluded))
+        out.append(Scope(ident, slo, _matchers(slo), excluded, is_native(config)))
     return out
+
+
+def is_native(config: Config) -> bool:
+    """True when the generated queries read native histograms."""
+    return config.dashboards.histograms == "native"
 
 
 def _selector(slo: SLO) -> tuple[tuple[str, str], ...]:
@@ -195,12 +205,20 @@ def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str], good: 
         return _claim(expr, scope, names.REQUESTS_TOTAL, window)
     family = LATENCY_SLIS[sli]
     objective = getattr(scope.slo, sli)
-    good_sel = selector(family.name + "_bucket", [eq("le", le(objective.threshold_seconds)), *m])
+    threshold = eq("le", le(objective.threshold_seconds))
+    if scope.native:  # exact counts served beside the native histogram
+        good_sel = selector(names.slo_calls_name(family), [threshold, *m])
+        total_sel = selector(names.slo_calls_name(family), [eq("le", "+Inf"), *m])
+        presence = names.slo_calls_name(family)
+    else:
+        good_sel = selector(family.name + "_bucket", [threshold, *m])
+        total_sel = selector(family.name + "_count", m)
+        presence = family.name + "_count"
     met = f"sum by ({by(MODEL_ROUTE)}) (rate({good_sel}[{window}]))"
-    total = f"sum by ({by(MODEL_ROUTE)}) (rate({selector(family.name + '_count', m)}[{window}]))"
+    total = f"sum by ({by(MODEL_ROUTE)}) (rate({total_sel}[{window}]))"
     ratio = f"{met}\n/ {total}"
     expr = ratio if good else f"1 - (\n{indent(ratio)}\n)"
-    return _claim(expr, scope, family.name + "_count", window)
+    return _claim(expr, scope, presence, window)
 
 
 def outcome_ratio(outcome: str, scope: Scope, window: str) -> str:
@@ -213,12 +231,27 @@ def outcome_ratio(outcome: str, scope: Scope, window: str) -> str:
 
 
 def quantile(q: float, family: names.Family, labels: Sequence[str], window: str,
-             matchers: Sequence[str] = (), offset: str = "") -> str:
-    """`histogram_quantile` of a family's classic buckets, aggregated by `labels`."""
+             matchers: Sequence[str] = (), offset: str = "", native: bool = False) -> str:
+    """`histogram_quantile` of a family's classic buckets (or native histograms), aggregated
+    by `labels`."""
     shift = f" offset {offset}" if offset else ""
+    if native:
+        sel = selector(family.name, matchers)
+        agg = f"sum by ({by(labels)})" if labels else "sum"
+        return f"histogram_quantile({num(q)}, {agg} (rate({sel}[{window}]{shift})))"
     sel = selector(family.name + "_bucket", matchers)
     return (f"histogram_quantile({num(q)}, sum by ({by([*labels, 'le'])}) "
             f"(rate({sel}[{window}]{shift})))")
+
+
+def histogram_rate(family: names.Family, part: str, matchers: Sequence[str], window: str,
+                   offset: str = "", native: bool = False) -> str:
+    """Per-second rate of a histogram's `count` or `sum`: `rate(<family>_count[w])`, or
+    `histogram_count(rate(<family>[w]))` on native histograms."""
+    shift = f" offset {offset}" if offset else ""
+    if native:
+        return f"histogram_{part}(rate({selector(family.name, matchers)}[{window}]{shift}))"
+    return f"rate({selector(f'{family.name}_{part}', matchers)}[{window}]{shift})"
 
 
 # --- recording rule names ---------------------------------------------------------------------

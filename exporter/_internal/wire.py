@@ -304,9 +304,9 @@ def _bounded(doc: dict[str, Any], limit: int) -> None:
     histograms = doc.get("histograms")
     series = sum(len(flat) // 4 for flat in histograms.values() if flat.__class__ is list) \
         if histograms.__class__ is dict else 0
-    for what, n in (("series", series), ("label sets", len(doc.get("labels") or ())),
-                    *((key, len(doc.get(key) or ())) for key in
-                      ("requests", "in_flight", "tenant_folds"))):
+    lists = {key: doc.get(key) for key in ("labels", "requests", "in_flight", "tenant_folds")}
+    for what, n in (("series", series), *((key, len(value)) for key, value in lists.items()
+                                          if value.__class__ is list)):
         if n > limit:
             raise PushError(names.REJECT_TOO_LARGE, f"{n} {what} in one push: more than "
                                                     f"labels.max_series ({limit})")
