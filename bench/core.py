@@ -14,7 +14,8 @@ from hdrh.histogram import HdrHistogram
 from prometheus_client import CollectorRegistry, Histogram as PromHistogram, generate_latest
 
 from exporter._internal import names, runtime
-from exporter._internal.config import Config, load
+from exporter._internal.config import Config
+from exporter._internal.config_loader import load
 from exporter._internal.exposition import Renderer
 from exporter._internal.names import US_PER_SECOND
 from exporter._internal.recorder import Recorder

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from ._internal import runtime
-from ._internal.config import ConfigError, load
+from ._internal.config import ConfigError
+from ._internal.config_loader import load
 from ._internal.server import serve_until_signalled
 
 
@@ -50,14 +51,28 @@ def _demo(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import yaml
 
-    from ._internal.generate import generate
+    from ._internal.generate import generate, generate_defaults
 
-    config = load(args.config)
-    source = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) if args.config \
-        else None
-    for path in generate(config, Path(args.out), source or {}):
+    if args.config is None:  # the defaults in both modes: what the repository commits
+        written = generate_defaults(Path(args.out))
+    else:  # the file as written goes with the chart's copies (generated-config.yaml)
+        source = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
+        written = generate(load(args.config), Path(args.out), source or {})
+    for path in written:
         print(path)
     return 0
+
+
+def _port(text: str) -> int:
+    """A TCP port for argparse: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 (any free port) and 65535, "
+                                         f"got {port}")
+    return port
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,11 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "foreground until SIGTERM")
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
     p.add_argument("--addr", help="bind address (default from config: 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default from config: 9469)")
+    p.add_argument("--port", type=_port, help="port (default from config: 9469)")
     p.set_defaults(func=_serve)
     p = sub.add_parser("demo", help="provider, load and exporter on the embedded default")
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
-    p.add_argument("--port", type=int, default=9469, help="exporter port (default 9469)")
+    p.add_argument("--port", type=_port, default=9469, help="exporter port (default 9469)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
     p.add_argument("--no-incidents", action="store_true",
                    help="stay calm: do not play the incident day")
@@ -81,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="length of each of the four incidents (default 180)")
     p.set_defaults(func=_demo)
     p = sub.add_parser("generate", help="write dashboards/ and alerts/ from the config")
-    p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
+    p.add_argument("--config", help="ttft-exporter.yaml (without it: the defaults, classic "
+                                    "histograms at the top and native ones under native/)")
     p.add_argument("--out", default=".", help="directory holding dashboards/ and alerts/")
     p.set_defaults(func=_generate)
     p = sub.add_parser("check-config", help="validate a config file; exit 2 on any error")

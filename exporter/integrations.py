@@ -16,7 +16,8 @@ are public and stay (pinned by tests/test_public_api.py, documented in README.md
   the error a mistake in it raises.
 """
 
-from ._internal.config import Config, ConfigError, load as load_config
+from ._internal.config import Config, ConfigError
+from ._internal.config_loader import load as load_config
 from ._internal.otel import genai_views
 from ._internal.shim.aiohttp_trace import trace_config as aiohttp_trace_config
 from ._internal.shim.httpx_trace import trace_for as httpx_trace

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter._internal import alerts, config, names, promql
+from exporter._internal import alerts, config, config_loader, names, promql
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
+from exporter._internal.generate import (ALERTING_FILE, NATIVE_DIR, RECORDING_FILE, generate,
+                                         generate_defaults)
 from tests.support.prometheus import metric_names, require_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
+NATIVE = {"dashboards": {"histograms": "native"}}
 OVERRIDES = {"slos": [
     {},
     {"model": "gpt-4.1", "ttft": {"threshold_seconds": 1.0, "target": 0.95}},
@@ -32,11 +34,11 @@ def served_metric_names() -> set[str]:
     """Every metric name the exporter serves (and `up`, which Prometheus adds per target)."""
     out = {"up", names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT, names.SELF_SERIES,
            names.SELF_TENANT_FOLDS, names.SELF_DROPS, names.SELF_SCRAPE_DURATION}
-    for family in names.HISTOGRAMS:
-        out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count")}
+    for family in names.HISTOGRAMS:  # classic series, and the native histogram itself
+        out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count", "")}
         if family.windowed:  # a summary of window quantiles
             out |= {family.window_name + suffix for suffix in ("", "_sum", "_count")}
-    return out
+    return out | {names.slo_calls_name(family) for family in names.SLO_FAMILIES.values()}
 
 
 def recorded_names(cfg: config.Config) -> set[str]:
@@ -48,10 +50,14 @@ def committed(relative: str) -> str:
 
 
 def test_committed_files_are_the_default_configs_output(tmp_path: Path) -> None:
-    written = generate(config.Config(), tmp_path)
+    written = generate_defaults(tmp_path)
+    assert [p.read_bytes() for p in generate(config.Config(), tmp_path / "classic")] == [
+        (tmp_path / p.relative_to(tmp_path / "classic")).read_bytes()
+        for p in sorted((tmp_path / "classic").rglob("*.*"))]
     produced = {p.relative_to(tmp_path).as_posix() for p in written}
-    on_disk = {p.relative_to(ROOT).as_posix() for p in (*ROOT.glob("dashboards/*.json"),
-                                                        *ROOT.glob("alerts/*.yaml"))}
+    on_disk = {p.relative_to(ROOT).as_posix() for p in (
+        *ROOT.glob("dashboards/*.json"), *ROOT.glob("alerts/*.yaml"),
+        *ROOT.glob(f"dashboards/{NATIVE_DIR}/*.json"), *ROOT.glob(f"alerts/{NATIVE_DIR}/*.yaml"))}
     assert produced == on_disk
     for path in written:
         relative = path.relative_to(tmp_path).as_posix()
@@ -72,8 +78,10 @@ def test_generation_is_deterministic_and_marked_generated(tmp_path: Path) -> Non
 
 def test_promtool_checks_the_committed_and_an_override_configs_rules(tmp_path: Path) -> None:
     require_prometheus()
-    generate(config.load(OVERRIDES), tmp_path)
-    for directory in (ROOT / "alerts", tmp_path / "alerts"):
+    generate(config_loader.load(OVERRIDES), tmp_path)
+    generate(config_loader.load({**OVERRIDES, **NATIVE}), tmp_path / NATIVE_DIR)
+    for directory in (ROOT / "alerts", ROOT / "alerts" / NATIVE_DIR, tmp_path / "alerts",
+                      tmp_path / NATIVE_DIR / "alerts"):
         files = [str(directory / RECORDING_FILE), str(directory / ALERTING_FILE)]
         run = subprocess.run(["promtool", "check", "rules", *files], capture_output=True,
                              text=True)
@@ -127,7 +135,7 @@ def test_alerts_have_severity_texts_and_a_runbook_section() -> None:
 
 
 def test_severities_scope_and_runbook_base_are_configurable() -> None:
-    cfg = config.load({"alerting": {
+    cfg = config_loader.load({"alerting": {
         "page_severity": "page", "ticket_severity": "ticket", "exporter_job": "llm-.*",
         "selector": 'namespace="prod"', "group_by": ["job", "namespace"],
         "runbook_url": "https://wiki.example/runbooks", "min_calls": 50}})
@@ -146,7 +154,8 @@ def test_severities_scope_and_runbook_base_are_configurable() -> None:
 
 
 def test_rules_read_only_metrics_the_exporter_serves() -> None:
-    for cfg in (config.Config(), config.load(OVERRIDES)):
+    for cfg in (config.Config(), config_loader.load(OVERRIDES), config_loader.load(NATIVE),
+                config_loader.load({**OVERRIDES, **NATIVE})):
         allowed, recorded = served_metric_names(), recorded_names(cfg)
         for group in (*alerts.recording_rules(cfg), *alerts.alerting_rules(cfg)):
             for rule in group["rules"]:
@@ -170,7 +179,7 @@ def test_each_slo_entry_governs_its_own_model_and_route(tmp_path: Path) -> None:
     """Default, a model override and a (model, route) override, evaluated by promtool:
     every (model, route) is recorded once, under the entry that config.slo_for picks."""
     require_prometheus()
-    cfg = config.load(OVERRIDES)
+    cfg = config_loader.load(OVERRIDES)
     generate(cfg, tmp_path)
     series = []
     under = {1.0: 80, 2.0: 90, 3.0: 95}  # of 100 calls a minute on every pair
@@ -212,7 +221,7 @@ def test_each_slo_entry_governs_its_own_model_and_route(tmp_path: Path) -> None:
 
 
 def test_window_scale_shrinks_windows_but_keeps_names() -> None:
-    scaled = config.load({"alerting": {"window_scale": 1 / 60}})
+    scaled = config_loader.load({"alerting": {"window_scale": 1 / 60}})
     assert recorded_names(scaled) == recorded_names(config.Config())
     sli = alerts.recording_rules(scaled)[0]["rules"]
     assert {"[5s]", "[72m]"} <= {w for rule in sli for w in re.findall(r"\[\w+\]", rule["expr"])}
@@ -237,7 +246,8 @@ def test_thresholds_are_exposed_le_values() -> None:
 
 
 def test_no_folding_alert_when_tenants_are_allowlisted() -> None:
-    allow = config.load({"labels": {"tenant_policy": "allowlist", "tenant_allowlist": ["a"]}})
+    allow = config_loader.load(
+        {"labels": {"tenant_policy": "allowlist", "tenant_allowlist": ["a"]}})
     assert "TTFTExporterTenantFolding" in alerts.alert_names(config.Config())
     assert "TTFTExporterTenantFolding" not in alerts.alert_names(allow)
 
@@ -257,5 +267,57 @@ def test_no_folding_alert_when_tenants_are_allowlisted() -> None:
 ])
 def test_alerting_config_is_validated(section: dict, reason: str) -> None:
     with pytest.raises(config.ConfigError) as error:
-        config.load({"alerting": section})
+        config_loader.load({"alerting": section})
     assert reason in str(error.value)
+
+
+def test_native_mode_slo_rules_give_exactly_the_classic_answers(tmp_path: Path) -> None:
+    """Both modes' SLI recordings side by side in promtool on the same counts: the classic
+    rules read `_bucket{le}` / `_count`, the native rules the SLO counters served beside native
+    histograms; every recording, at every window and time, is bit-for-bit equal (`==`)."""
+    require_prometheus()
+    classic, native = config_loader.load(OVERRIDES), config_loader.load({**OVERRIDES, **NATIVE})
+    # the alerts read only the recordings: the SLO alert groups are the same text
+    assert alerts.alerting_rules(classic)[0] == alerts.alerting_rules(native)[0]
+    native_sli = alerts.recording_rules(native)[0]
+    renamed = {"name": native_sli["name"] + "-native", "rules": [
+        {**rule, "record": rule["record"] + "_native"} for rule in native_sli["rules"]]}
+    rules = tmp_path / "both.yaml"
+    rules.write_text(yaml.safe_dump({"groups": [alerts.recording_rules(classic)[0], renamed]}))
+    series = []
+    pairs = (("llama", "chat"), ("gpt-4.1", "chat"), ("gpt-4.1", "search"))
+    for k, (model, route) in enumerate(pairs):
+        labels = f'job="ttft-exporter", model="{model}", route="{route}", tenant="t", ' \
+                 f'provider="p"'
+        for objective, family in names.SLO_FAMILIES.items():
+            thresholds = (*classic.objective_thresholds(objective), None)
+            for j, threshold in enumerate(thresholds):
+                # per minute: 100 calls in all, fewer at lower thresholds, varying by pair
+                first, later = 100 - 7 * k - 9 * (len(thresholds) - 1 - j), 60 - 5 * k - 3 * j
+                values = f"0+{first}x10 {first * 10}+{later}x10"
+                le = promql.le(threshold) if threshold is not None else "+Inf"
+                series.append({"series": f'{names.slo_calls_name(family)}{{{labels}, '
+                                         f'le="{le}"}}', "values": values})
+                name = (f'{family.name}_bucket{{{labels}, le="{le}"}}' if threshold is not None
+                        else f"{family.name}_count{{{labels}}}")
+                series.append({"series": name, "values": values})
+        series.append({"series": f'{names.REQUESTS_TOTAL}{{{labels}, outcome="ok"}}',
+                       "values": "0+100x20"})
+    tests = []
+    for window in promql.SLI_WINDOWS:
+        record, latency = promql.sli_record(window), '{sli!="errors"}'
+        for at in ("5m", "10m", "18m"):
+            tests += [
+                {"expr": f"count({record}{latency})", "eval_time": at,
+                 "exp_samples": [{"labels": "{}", "value": 9}]},
+                {"expr": f"count({record}{latency} == on (model, route, sli, slo) "
+                         f"{record}_native)", "eval_time": at,
+                 "exp_samples": [{"labels": "{}", "value": 9}]},
+            ]
+    unit = {"rule_files": [str(rules)], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}]}
+    test_file = tmp_path / "agreement.yaml"
+    test_file.write_text(yaml.safe_dump(unit), encoding="utf-8")
+    run = subprocess.run(["promtool", "test", "rules", str(test_file)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -14,8 +14,9 @@ def defined_names() -> set[str]:
         names.TTFT.name, names.FIRST_ANSWER.name, names.STALL.name, names.DURATION.name}}
     out |= {names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT, names.SELF_SERIES,
             names.SELF_TENANT_FOLDS, names.SELF_LABEL_FOLDS, names.SELF_DROPS,
-            names.SELF_SCRAPE_DURATION}
+            names.SELF_SCRAPE_DURATION, names.SELF_HTTP_CLOSED}
     out |= set(names.AGGREGATOR_SELF_METRICS)
+    out |= {names.slo_calls_name(f) for f in names.SLO_FAMILIES.values()}
     return out
 
 

@@ -14,7 +14,7 @@ significant digits: 128 sub-buckets per octave): 50,000 µs lies in [32,768, 65,
 
 from __future__ import annotations
 
-from exporter._internal.config import load
+from exporter._internal.config_loader import load
 from exporter._internal.exposition import Renderer
 from exporter._internal.recorder import Recorder
 from exporter._internal.timeline import CallTimeline
@@ -117,9 +117,10 @@ def test_openmetrics_golden_bytes():
         "# TYPE llm_client_requests counter\n"
         'llm_client_requests_total{model="m",outcome="ok",provider="p",route="r",tenant="t"} '
         "1.0\n")
-    last = blocks["ttft_exporter_scrape_duration_seconds"]
-    assert last.startswith("# HELP ttft_exporter_scrape_duration_seconds Time the previous "
-                           "scrape of this exporter took to render.\n"
-                           "# TYPE ttft_exporter_scrape_duration_seconds gauge\n"
-                           "ttft_exporter_scrape_duration_seconds ")
-    assert last.endswith("\n# EOF\n")  # the body ends with the EOF marker
+    scrape = blocks["ttft_exporter_scrape_duration_seconds"]
+    assert scrape.startswith("# HELP ttft_exporter_scrape_duration_seconds Time the previous "
+                             "scrape of this exporter took to render.\n"
+                             "# TYPE ttft_exporter_scrape_duration_seconds gauge\n"
+                             "ttft_exporter_scrape_duration_seconds ")
+    last = list(blocks.values())[-1]
+    assert last.endswith("\n# EOF\n") and last.count("# EOF") == 1  # the body's end marker

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter._internal.config import load
+from exporter._internal.config_loader import load
 from exporter._internal.generate import generate
 from tests.support import require_module
 
@@ -137,18 +137,24 @@ def check_crd(doc: dict) -> None:
                 assert ("alert" in rule) != ("record" in rule) and rule["expr"]
 
 
-def test_prometheus_rules_carry_exactly_the_committed_alerts_with_the_release_job(chart):
-    docs = render(chart, {})
+#: `histograms` value -> directory of the committed rules and dashboards it installs.
+MODES = {"classic": "", "native": "native/"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prometheus_rules_carry_exactly_the_committed_alerts_with_the_release_job(chart, mode):
+    values = {"histograms": mode}
+    docs = render(chart, values)
     rules = {d["metadata"]["annotations"]["ttft-exporter/source"]: d
              for d in by_kind(docs, "PrometheusRule")}
-    sources = sorted((ROOT / "alerts").glob("*.yaml"))
-    assert sorted(rules) == [f"alerts/{p.name}" for p in sources]
-    raw = render_raw(chart, {}, api_versions=OPERATOR_APIS)[
+    sources = sorted((ROOT / "alerts" / MODES[mode]).glob("*.yaml"))
+    assert sorted(rules) == [f"alerts/{MODES[mode]}{p.name}" for p in sources]
+    raw = render_raw(chart, values, api_versions=OPERATOR_APIS)[
         "ttft-exporter/templates/prometheusrule.yaml"]
     for path in sources:
         text = path.read_text().replace('job=~"ttft-exporter"', 'job=~"llm-ttft-exporter"')
         assert 'job=~"ttft-exporter"' in path.read_text()
-        assert rules[f"alerts/{path.name}"]["spec"] == yaml.safe_load(text)
+        assert rules[f"alerts/{MODES[mode]}{path.name}"]["spec"] == yaml.safe_load(text)
         # verbatim, indented under spec: Helm did not touch {{ $labels... }} or anything else
         assert "\n".join("  " + line if line else line
                          for line in text.rstrip("\n").split("\n")) in raw
@@ -244,11 +250,12 @@ def test_a_chart_generated_for_another_config_accepts_that_config(helm, tmp_path
         other.render({}, name="llm", namespace="obs")
 
 
-def test_dashboard_configmaps_carry_exactly_the_committed_dashboards(chart):
-    docs = render(chart, {})
+@pytest.mark.parametrize("mode", MODES)
+def test_dashboard_configmaps_carry_exactly_the_committed_dashboards(chart, mode):
+    docs = render(chart, {"histograms": mode})
     maps = [d for d in by_kind(docs, "ConfigMap")
             if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
-    sources = sorted((ROOT / "dashboards").glob("*.json"))
+    sources = sorted((ROOT / "dashboards" / MODES[mode]).glob("*.json"))
     assert len(maps) == len(sources)  # one ConfigMap per dashboard
     found = {}
     for m in maps:
@@ -335,7 +342,8 @@ def test_minimal_scenario_has_no_rules_dashboards_or_token(chart):
 
 def test_bad_values_are_refused_before_anything_renders(helm, chart):
     for bad in ({"config": {"labelz": {}}}, {"port": "9469"}, {"replicaCount": 2},
-                {"pushToken": {"enabled": "yes"}}, {"serviceMonitor": {"interval": "soon"}}):
+                {"pushToken": {"enabled": "yes"}}, {"serviceMonitor": {"interval": "soon"}},
+                {"histograms": "sparse"}):
         with pytest.raises(helm.HelmValuesError):
             chart.render(bad, name="llm", namespace="obs")
     for bad in ({"tls": {"enabled": True}},

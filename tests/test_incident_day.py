@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from exporter._internal import config, names, runtime
+from exporter._internal import config_loader, names, runtime
 from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.incidents import INCIDENTS, IncidentDay
 from exporter._internal.demo.latency import LatencyModel
@@ -63,7 +63,7 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not tls_available():
         skip_or_fail("the route change needs cryptography or openssl for its far region")
     out = tmp_path_factory.mktemp("day")
-    cfg = config.load(CONFIG)
+    cfg = config_loader.load(CONFIG)
     runtime.configure(cfg)
     generate(cfg, out)
     rules = [out / "alerts" / name for name in (RECORDING_FILE, ALERTING_FILE)]

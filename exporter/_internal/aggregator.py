@@ -32,12 +32,14 @@ import logging
 import time
 from typing import Any, AsyncIterator, Callable
 
+from concurrent.futures import ThreadPoolExecutor
+
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from . import names, wire
+from . import connection_guard, names, wire
 from .access import Access
-from .config import Config
+from .config import Config, ConfigError
 from .journal import StateFiles
 from .recorder import Recorder
 from .wire import Delta, PushError
@@ -84,20 +86,32 @@ class Aggregator:
         self.recorder = recorder = recorder if recorder is not None else Recorder(config)
         self.clock = clock
         self.access = Access(config)  # reads the secrets: ConfigError when unusable
+        #: One thread applies pushes, expires gauges and writes snapshots, one at a time, off
+        #: the event loop.
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-aggregator")
         self.rejected = {reason: 0 for reason in names.REJECT_REASONS}
         self.batches = {result: 0 for result in names.PUSH_RESULTS}
         self.lost_batches = 0
         self.push_failures = 0
         self.snapshot_failures = 0
-        #: worker id -> last applied seq, least recently pushed first (bounded: max_workers)
-        self.applied: dict[str, int] = {}
+        #: worker id -> the seqs applied, least recently pushed first (bounded: max_workers)
+        self.applied: dict[str, Applied] = {}
         #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
         self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
         self._gauge_totals: dict[tuple[str, ...], int] = {}
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self._last_snapshot = clock()
         if self.files is not None:
-            self.restore()
+            folder = self.files.path.parent
+            if not folder.is_dir():
+                raise ConfigError("config", [("aggregator.snapshot_path",
+                                              f"the directory {folder} does not exist")])
+            try:
+                self.restore()
+            except OSError as e:
+                raise ConfigError("config", [("aggregator.snapshot_path",
+                                              f"cannot use {e.filename or folder}: "
+                                              f"{e.strerror or e}")]) from None
 
     # --- receiving ------------------------------------------------------------------------------
 
@@ -131,8 +145,8 @@ class Aggregator:
 
     def is_duplicate(self, delta: Delta) -> bool:
         """True when this (worker, seq) was applied already (a retry)."""
-        last = self.applied.get(delta.worker)
-        return last is not None and delta.seq <= last
+        seqs = self.applied.get(delta.worker)
+        return seqs is not None and delta.seq in seqs
 
     def apply(self, delta: Delta, window: bool = True) -> bool:
         """Merge a validated delta unless its (worker, seq) was applied; True when merged."""
@@ -141,8 +155,9 @@ class Aggregator:
             self.batches[names.PUSH_DUPLICATE] += 1
             return False
         self.recorder.absorb(delta, window=window)
-        self.applied.pop(worker, None)
-        self.applied[worker] = delta.seq
+        seqs = self.applied.pop(worker, None) or Applied()
+        seqs.add(delta.seq)
+        self.applied[worker] = seqs
         while len(self.applied) > self.config.aggregator.max_workers:
             del self.applied[next(iter(self.applied))]
         if window:  # live pushes (not a replay at start) carry the worker's current gauges
@@ -204,14 +219,25 @@ class Aggregator:
                                              f"body over {limit} bytes")
                 return web.json_response(answer, status=status)
             chunks, size = [], 0
-            async for chunk in request.content.iter_chunked(1 << 16):
-                size += len(chunk)
-                if size > limit:
-                    status, answer = self.reject(names.REJECT_TOO_LARGE,
-                                                 f"body over {limit} bytes")
-                    return web.json_response(answer, status=status)
-                chunks.append(chunk)
-            status, answer = self.accept(b"".join(chunks))
+            try:
+                async with asyncio.timeout(self.config.server.body_timeout_seconds):
+                    async for chunk in request.content.iter_chunked(1 << 16):
+                        size += len(chunk)
+                        if size > limit:
+                            status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                                         f"body over {limit} bytes")
+                            return web.json_response(answer, status=status)
+                        chunks.append(chunk)
+            except TimeoutError:  # a client trickling its body: its connection goes
+                connection_guard.CLOSED["slow"] += 1
+                response = web.json_response({"error": "timeout", "detail": "body too slow"},
+                                             status=408)
+                response.force_close()
+                return response
+            # validation and merging run on the aggregator's own thread: the event loop keeps
+            # answering (/healthz, scrapes) during the largest push
+            status, answer = await asyncio.get_running_loop().run_in_executor(
+                self.worker, self.accept, b"".join(chunks))
             return web.json_response(answer, status=status)
         except (ConnectionError, asyncio.IncompleteReadError):
             raise
@@ -226,18 +252,23 @@ class Aggregator:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        self.close()
+        await asyncio.get_running_loop().run_in_executor(self.worker, self.close)
+        self.worker.shutdown(wait=True)
 
     async def _ticks(self) -> None:
-        interval = self.config.aggregator.snapshot_interval_seconds
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(1.0)
             try:
-                self.expire()
-                if self.files is not None and self.clock() - self._last_snapshot >= interval:
-                    self.snapshot()
+                await loop.run_in_executor(self.worker, self._tick)
             except Exception:
                 log.exception("ttft-exporter aggregator: background task failed")
+
+    def _tick(self) -> None:
+        self.expire()
+        interval = self.config.aggregator.snapshot_interval_seconds
+        if self.files is not None and self.clock() - self._last_snapshot >= interval:
+            self.snapshot()
 
     def close(self) -> None:
         """Write the last snapshot and close the journal (idempotent)."""
@@ -286,7 +317,8 @@ class Aggregator:
         delta.tenant_folds = counters.folds  # type: ignore[assignment]
         delta.dropped = counters.drops
         doc = wire.payload(delta, rec.schema.layouts())
-        doc["applied"] = [[worker, seq] for worker, seq in self.applied.items()]
+        doc["applied"] = [[worker, seqs.floor, sorted(seqs.above)]
+                          for worker, seqs in self.applied.items()]
         doc["self"] = {"rejected": self.rejected, "batches": self.batches,
                        "lost_batches": self.lost_batches, "push_failures": self.push_failures,
                        "snapshot_failures": self.snapshot_failures}
@@ -342,13 +374,45 @@ class Aggregator:
             log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
                         self.files.journal_path)
 
-def _applied_map(value: Any) -> dict[str, int]:
+class Applied:
+    """The seqs of one worker applied so far: all up to `floor`, and those in `above`.
+
+    A worker sends its batches in order, but a retry can arrive after a later batch (or a
+    restarted aggregator can see them out of order): a seq below the highest applied one is new
+    unless it is in the set. A worker that gave up a batch leaves a gap for good, so `above`
+    is bounded: past MAX_ABOVE seqs the floor moves up to the oldest of them.
+    """
+
+    __slots__ = ("floor", "above")
+    MAX_ABOVE = 256
+
+    def __init__(self, floor: int = 0, above: set[int] | None = None):
+        self.floor = floor
+        self.above = above or set()
+
+    def __contains__(self, seq: int) -> bool:
+        return seq <= self.floor or seq in self.above
+
+    def add(self, seq: int) -> None:
+        self.above.add(seq)
+        if len(self.above) > self.MAX_ABOVE:  # a gap that will never fill: step over it
+            self.floor = min(self.above) - 1
+        while self.floor + 1 in self.above:
+            self.floor += 1
+            self.above.discard(self.floor)
+
+
+def _applied_map(value: Any) -> dict[str, Applied]:
+    """The snapshot's [worker, floor, [seqs above]] entries ([worker, seq] in older ones)."""
     if not isinstance(value, list):
         raise ValueError("applied map missing")
-    out: dict[str, int] = {}
+    out: dict[str, Applied] = {}
     for item in value:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+        if not (isinstance(item, list) and len(item) in (2, 3) and isinstance(item[0], str)
                 and type(item[1]) is int):
-            raise ValueError("applied map entry is not [worker, seq]")
-        out[item[0]] = item[1]
+            raise ValueError("applied map entry is not [worker, floor, [seqs]]")
+        above = item[2] if len(item) == 3 else []
+        if not (isinstance(above, list) and all(type(seq) is int for seq in above)):
+            raise ValueError("applied map entry has bad seqs")
+        out[item[0]] = Applied(item[1], set(above))
     return out

@@ -22,9 +22,9 @@ from . import names
 from .config import AlertingConfig, Config
 from .promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
                      PERIOD_BUDGET_REMAINING, PERIOD_BURN_RATE, REGRESSION_WINDOW, SLI_WINDOWS,
-                     SLIS, BurnRate, Names, Scope, by, duration, eq, indent, kept,
-                     num, outcome_ratio, percent, quantile, runbook_url, scope_matchers, scopes,
-                     selector, sli_error_ratio, sli_record)
+                     SLIS, BurnRate, Names, Scope, by, duration, eq, histogram_rate, indent,
+                     is_native, kept, num, outcome_ratio, percent, quantile, runbook_url,
+                     scope_matchers, scopes, selector, sli_error_ratio, sli_record)
 
 # --- alert-only policy ------------------------------------------------------------------------
 
@@ -136,23 +136,22 @@ def _latency_records(config: Config, w: _Windows) -> list[dict[str, Any]]:
     connect = [eq(names.PHASE, CONNECT_PHASE), *scope]
     phase_by = (*keep, names.PHASE)
     tenant_by = (*keep, names.TENANT)
+    native = is_native(config)
 
     def tenant_p99(offset: str) -> str:
         # Only tenants with calls in the window: an idle tenant's quantile is NaN, and counting
         # it would dilute the share of degraded tenants.
-        shift = f" offset {offset}" if offset else ""
         calls = (f"sum by ({by(tenant_by)}) "
-                 f"(rate({selector(names.TTFT.name + '_count', scope)}[{ten}]{shift})) > 0")
-        return (f"{quantile(0.99, names.TTFT, tenant_by, ten, scope, offset=offset)}\nand\n"
-                f"{calls}")
+                 f"({histogram_rate(names.TTFT, 'count', scope, ten, offset, native)}) > 0")
+        q99 = quantile(0.99, names.TTFT, tenant_by, ten, scope, offset=offset, native=native)
+        return f"{q99}\nand\n{calls}"
 
     def p99(family: names.Family, labels: Sequence[str], matchers: Sequence[str],
             offset: str = "") -> str:
         # Only where the window holds calls: a quantile over none is NaN.
-        shift = f" offset {offset}" if offset else ""
         calls = (f"sum by ({by(labels)}) "
-                 f"(rate({selector(family.name + '_count', matchers)}[{reg}]{shift})) > 0")
-        return (f"{quantile(0.99, family, labels, reg, matchers, offset=offset)}\n"
+                 f"({histogram_rate(family, 'count', matchers, reg, offset, native)}) > 0")
+        return (f"{quantile(0.99, family, labels, reg, matchers, offset, native)}\n"
                 f"and\n{calls}")
 
     return [

@@ -20,7 +20,7 @@ from .config import Config
 from .grafana import SCHEMA_VERSION, Dashboard, Row, Variable, step
 from .panels import (RATE, TOP, Queries, bargauge, heatmap, layout, rate, stat, sum_by,
                      target, timeseries, top)
-from .promql import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
+from .promql import MODEL_ROUTE, by, eq, indent, num, regex, selector
 
 TAGS = ["ttft-exporter", "llm"]
 MR_LEGEND = "{{model}} {{route}}"
@@ -132,8 +132,9 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
                     [target(q.top_quantile(0.99, names.FIRST_ANSWER), MR_LEGEND)], "s",
                     q.runbook(FIRST_FAST), thresholds=[step("green"), step("red", fat_t)]), 12),
         (heatmap("TTFT distribution",
-                 "Calls per TTFT bucket and interval, from the exporter's classic buckets.",
-                 names.TTFT, q.vars(names.TTFT), q.runbook(TTFT_FAST)), 24),
+                 f"Calls per TTFT bucket and interval, from the exporter's "
+                 f"{'native' if q.native else 'classic'} buckets.",
+                 names.TTFT, q.vars(names.TTFT), q.runbook(TTFT_FAST), q.native), 24),
         (Row(title="Traffic and errors"), 24),
         (timeseries("Calls by outcome", "Calls per second of the selection by how they ended.",
                     [target(outcomes, "{{outcome}}")], "reqps", q.runbook(ERRORS),
@@ -157,15 +158,15 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
     def phase_sel(phase: str | None = None) -> list[str]:
         return [*([eq(names.PHASE, phase)] if phase else []), *q.vars(fam)]
 
-    mean_phase = (f"{sum_by([names.PHASE], rate(fam.name + '_sum', phase_sel()))}\n"
-                  f"/ ({sum_by([names.PHASE], rate(fam.name + '_count', phase_sel()))} > 0)")
+    mean_phase = (f"{sum_by([names.PHASE], q.hrate(fam, 'sum', phase_sel()))}\n"
+                  f"/ ({sum_by([names.PHASE], q.hrate(fam, 'count', phase_sel()))} > 0)")
     prefill = phase_sel("prefill")
-    mean_prefill = (f"{sum_by(MODEL_ROUTE, rate(fam.name + '_sum', prefill))}\n"
-                    f"/ ({sum_by(MODEL_ROUTE, rate(fam.name + '_count', prefill))} > 0)")
-    inputs = sum_by(MODEL_ROUTE, rate(tok.name + "_sum", q.vars(tok)))
-    cached = sum_by(MODEL_ROUTE, rate(cached_fam.name + "_sum", q.vars(cached_fam)))
+    mean_prefill = (f"{sum_by(MODEL_ROUTE, q.hrate(fam, 'sum', prefill))}\n"
+                    f"/ ({sum_by(MODEL_ROUTE, q.hrate(fam, 'count', prefill))} > 0)")
+    inputs = sum_by(MODEL_ROUTE, q.hrate(tok, "sum", q.vars(tok)))
+    cached = sum_by(MODEL_ROUTE, q.hrate(cached_fam, "sum", q.vars(cached_fam)))
     uncached_mean = (f"(\n  {inputs}\n  - ({cached} or 0 * {inputs})\n)\n"
-                     f"/ ({sum_by(MODEL_ROUTE, rate(tok.name + '_count', q.vars(tok)))} > 0)")
+                     f"/ ({sum_by(MODEL_ROUTE, q.hrate(tok, 'count', q.vars(tok)))} > 0)")
     tokens_note = "" if config.family_has_tenant(tok) else ALL_TENANTS
     panels = [
         (Row(title="Phases of a call (selection; all tenants)"), 24),
@@ -180,9 +181,8 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
                     "p99 of each phase over the selected models and routes: network phases "
                     "moving while model phases stay flat means a route or region change."
                     + ALL_TENANTS,
-                    [target(top(q.where_calls(quantile(0.99, fam, [names.PHASE], RATE,
-                                                        phase_sel()), [names.PHASE], fam,
-                                               phase_sel())), "{{phase}}")], "s",
+                    [target(top(q.quantile(0.99, fam, [names.PHASE], phase_sel())),
+                            "{{phase}}")], "s",
                     q.runbook(ROUTE_CHANGE)), 12),
         (Row(title="Which model and route"), 24),
         (timeseries("Connect p99 by model and route (top 10)",
@@ -219,8 +219,9 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
                     q.runbook(SURGE)), 8),
     ]
     if config.family_has_tenant(tok) and config.family_has_tenant(cached_fam):
-        by_tenant = (f"{sum_by([names.TENANT], rate(cached_fam.name + '_sum', q.vars(cached_fam)))}"
-                     f"\n/ ({sum_by([names.TENANT], rate(tok.name + '_sum', q.vars(tok)))} > 0)")
+        cached_by = sum_by([names.TENANT], q.hrate(cached_fam, "sum", q.vars(cached_fam)))
+        by_tenant = (f"{cached_by}\n/ ({sum_by([names.TENANT], q.hrate(tok, 'sum', q.vars(tok)))}"
+                     f" > 0)")
         panels.append((timeseries(
             "Cached share of input tokens by tenant (lowest 10)",
             "One tenant dropping alone: its cache went cold (it idled longer than the provider "
@@ -309,7 +310,7 @@ def stream_health(config: Config, q: Queries) -> list[core.Panel]:
                     q.quantiles(names.ITL, (0.5, 0.99)), "s", q.runbook(NOISY)), 8),
         (heatmap("Longest stall per call",
                  "Distribution of each call's largest gap between tokens.",
-                 names.STALL, q.vars(names.STALL), q.runbook(STALLS)), 8),
+                 names.STALL, q.vars(names.STALL), q.runbook(STALLS), q.native), 8),
         (timeseries("Time per output token p50 / p99",
                     "(last token - first token) / (output tokens - 1), per call." + ALL_TENANTS,
                     q.quantiles(names.TPOT, (0.5, 0.99)), "s", q.runbook(STALLS)), 8),

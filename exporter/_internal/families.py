@@ -13,7 +13,7 @@ from typing import Iterator
 from prometheus_client.core import (CounterMetricFamily, Exemplar as PromExemplar,
                                     GaugeMetricFamily, HistogramMetricFamily, Metric)
 
-from . import names, textformat
+from . import connection_guard, names, textformat
 from .exemplar import LABEL as EXEMPLAR_LABEL
 from .histogram import part_count, quantiles_of
 from .recorder import FamilyState, Recorder, Series
@@ -25,6 +25,9 @@ _SELF_HELP = {
                             "max_series rows, whole label set) was folded into __other__.",
     names.SELF_DROPS: "Values or series not recorded, by reason.",
     names.SELF_SCRAPE_DURATION: "Time the previous scrape of this exporter took to render.",
+    names.SELF_HTTP_CLOSED: "Connections the exporter's HTTP servers closed: past "
+                            "server.max_connections (limit), or too slow to send a request "
+                            "(slow).",
 }
 REQUESTS_HELP = "LLM calls by outcome (ok, error, cancelled, timeout, abandoned)."
 IN_FLIGHT_HELP = "LLM calls started and not yet ended."
@@ -74,7 +77,11 @@ def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
         drop.add_metric([reason], value)
     scrape = GaugeMetricFamily(names.SELF_SCRAPE_DURATION, _SELF_HELP[names.SELF_SCRAPE_DURATION],
                                value=scrape_seconds)
-    return [req, flight, series, fold, label_fold, drop, scrape]
+    closed = CounterMetricFamily(names.SELF_HTTP_CLOSED, _SELF_HELP[names.SELF_HTTP_CLOSED],
+                                 labels=[names.REASON])
+    for reason in connection_guard.REASONS:
+        closed.add_metric([reason], connection_guard.CLOSED[reason])
+    return [req, flight, series, fold, label_fold, drop, scrape, closed]
 
 
 def render_family(family: Metric, openmetrics: bool) -> str:

@@ -1,9 +1,11 @@
 """`ttft-exporter generate`: dashboards/*.json and alerts/*.yaml from one config.
 
-Output is deterministic (sorted keys, fixed uids, 2-space indent, trailing newline) so the
-committed files are exactly the defaults' output and a test can regenerate and diff them. Every
-file written says it is generated: a comment heads the rule files, the dashboards' descriptions
-end with the same words.
+`generate` writes the mode `dashboards.histograms` selects; the repository's committed set is
+`generate_defaults`: the default config in both modes, native under `native/` subdirectories
+(`alerts/native/`, `dashboards/native/`). Output is deterministic (sorted keys, fixed uids,
+2-space indent, trailing newline) so the committed files are exactly the defaults' output and a
+test can regenerate and diff them. Every file written says it is generated: a comment heads the
+rule files, the dashboards' descriptions end with the same words.
 
 With the Helm chart under the output directory, the chart's copies are written too, with
 `generated-config.yaml`: the parts of the config the files depend on, as given. The chart
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +24,14 @@ import yaml
 from grafanalib._gen import DashboardEncoder
 
 from . import alerts, dashboards
-from .config import Config
+from .config import Config, DashboardsConfig
 from .grafana import Dashboard
 
 #: The Helm chart carries copies (Helm reads files only inside the chart): written too when the
 #: output directory holds the chart, so one command keeps all three in step.
 CHART_FILES = Path("helm", "ttft-exporter", "files")
+#: Subdirectory of alerts/ and dashboards/ holding the native-histogram mode of the defaults.
+NATIVE_DIR = "native"
 RECORDING_FILE = "recording_rules.yaml"
 ALERTING_FILE = "alerting_rules.yaml"
 #: In the chart: what of the config the generated files depend on (the chart compares it with
@@ -88,24 +93,42 @@ def generating_config(source: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _files(config: Config, subdir: str = "") -> dict[Path, str]:
+    files: dict[Path, str] = {
+        Path("alerts", subdir, RECORDING_FILE): rules_yaml(alerts.recording_rules(config)),
+        Path("alerts", subdir, ALERTING_FILE): rules_yaml(alerts.alerting_rules(config)),
+    }
+    for uid, dashboard in dashboards.dashboards(config).items():
+        files[Path("dashboards", subdir, f"{uid}.json")] = dashboard_json(dashboard)
+    return files
+
+
 def generate(config: Config, out_dir: Path, source: Mapping[str, Any] | None = None
              ) -> list[Path]:
     """Write every dashboard and rule file under `out_dir`; return the paths written, sorted.
 
     `source` is the config as given (the YAML mapping), needed to write the chart's copies of
     a config other than the default."""
-    files: dict[Path, str] = {
-        Path("alerts", RECORDING_FILE): rules_yaml(alerts.recording_rules(config)),
-        Path("alerts", ALERTING_FILE): rules_yaml(alerts.alerting_rules(config)),
-    }
-    for uid, dashboard in dashboards.dashboards(config).items():
-        files[Path("dashboards", f"{uid}.json")] = dashboard_json(dashboard)
-    if (Path(out_dir) / CHART_FILES).parent.is_dir():
-        if source is None and config != Config():
-            raise ValueError("the chart's copies need the config as given (source)")
+    if _has_chart(out_dir) and source is None and config != Config():
+        raise ValueError("the chart's copies need the config as given (source)")
+    return _write(_files(config), out_dir, source or {})
+
+
+def generate_defaults(out_dir: Path) -> list[Path]:
+    """The repository's committed set: the defaults, classic at the top, native in native/."""
+    native = replace(Config(), dashboards=DashboardsConfig(histograms="native"))
+    return _write({**_files(Config()), **_files(native, NATIVE_DIR)}, out_dir, {})
+
+
+def _has_chart(out_dir: Path) -> bool:
+    return (Path(out_dir) / CHART_FILES).parent.is_dir()
+
+
+def _write(files: dict[Path, str], out_dir: Path, source: Mapping[str, Any]) -> list[Path]:
+    if _has_chart(out_dir):
         files.update({CHART_FILES / relative: text for relative, text in list(files.items())})
         files[CHART_FILES / GENERATED_CONFIG] = YAML_HEADER + yaml.safe_dump(
-            generating_config(source or {}), sort_keys=True, default_flow_style=False)
+            generating_config(source), sort_keys=True, default_flow_style=False)
     written = []
     for relative, text in sorted(files.items()):
         path = Path(out_dir) / relative

@@ -36,6 +36,10 @@ class LabelGuard:
         self._hashed: dict[str, str] = {}
         #: Values already found clean (a set lookup instead of the checks, every call).
         self._clean: set[str] = set()
+        #: Both caches hold at most as many values as the guard can ever keep (past it a value
+        #: is checked or hashed again: slower, never more memory).
+        self._cache_max = (config.max_series + config.max_models + config.max_routes
+                           + config.max_providers)
         #: (model, route) -> number of calls whose tenant folded into __other__.
         self.folds: dict[tuple[str, str], int] = {}
         #: label -> number of calls whose model, route or provider folded into __other__.
@@ -50,7 +54,7 @@ class LabelGuard:
             return value  # type: ignore[return-value]
         if isinstance(value, str) and 0 < len(value) <= self.config.max_label_length \
                 and value.isprintable():
-            if len(self._clean) < 100_000:  # bounded: past it, values are checked every time
+            if len(self._clean) < self._cache_max:
                 self._clean.add(value)
             return value
         self.bad_labels += count
@@ -123,6 +127,6 @@ class LabelGuard:
         if hashed is None:
             digest = hashlib.sha256((self.config.hash_salt + value).encode()).hexdigest()
             hashed = "t-" + digest[:12]
-            if len(self._hashed) < 100_000:  # a cache, bounded: hashing again is only slower
+            if len(self._hashed) < self._cache_max:
                 self._hashed[value] = hashed
         return hashed

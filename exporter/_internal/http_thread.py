@@ -17,32 +17,45 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from .connection_guard import ConnectionGuard, GuardedSite, Limits
+
 _Self = TypeVar("_Self", bound="HttpThread")
 _T = TypeVar("_T")
 
 
+def address(host: str, port: int) -> str:
+    """`host:port`, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def base_url(host: str, port: int, tls: bool = False) -> str:
-    """`http(s)://host:port`, with an IPv6 host in brackets."""
-    shown = f"[{host}]" if ":" in host else host
-    return f"{'https' if tls else 'http'}://{shown}:{port}"
+    """`http(s)://host:port`."""
+    return f"{'https' if tls else 'http'}://{address(host, port)}"
 
 
 async def serve(app: web.Application, host: str, port: int, *,
-                ssl_context: ssl.SSLContext | None = None,
-                shutdown_timeout: float = 60.0) -> tuple[web.AppRunner, int]:
+                ssl_context: ssl.SSLContext | None = None, shutdown_timeout: float = 60.0,
+                limits: Limits = Limits()) -> tuple[web.AppRunner, int]:
     """Serve `app` on host:port from the running loop; returns its runner (clean it up to stop)
     and the bound port (port 0 picks a free one). `shutdown_timeout` is how long the cleanup
-    waits for handlers still running."""
+    waits for handlers still running; `limits` bound the connections (connection_guard.py)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+    except (OverflowError, OSError) as e:  # a port out of range, taken, an address not ours
+        sock.close()
+        why = "the port must be 0-65535" if isinstance(e, OverflowError) else e.strerror or e
+        raise OSError(getattr(e, "errno", None) or 0,
+                      f"cannot listen on {address(host, port)}: {why}") from None
     except BaseException:
         sock.close()
         raise
+    guard = ConnectionGuard(limits)
+    app.middlewares.append(guard.middleware)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    await GuardedSite(runner, sock, guard, ssl_context=ssl_context).start()
     return runner, sock.getsockname()[1]
 
 
@@ -54,9 +67,10 @@ class HttpThread:
     """
 
     def __init__(self, app: web.Application, host: str, port: int, *, name: str,
-                 ssl_context: ssl.SSLContext | None = None,
-                 shutdown_timeout: float = 60.0) -> None:
+                 ssl_context: ssl.SSLContext | None = None, shutdown_timeout: float = 60.0,
+                 limits: Limits = Limits()) -> None:
         self._app = app
+        self._limits = limits
         self._host = host
         self._requested_port = port
         self._ssl = ssl_context
@@ -108,7 +122,7 @@ class HttpThread:
     async def _listen(self) -> None:
         self._runner, self._port = await serve(
             self._app, self._host, self._requested_port, ssl_context=self._ssl,
-            shutdown_timeout=self._shutdown_timeout)
+            shutdown_timeout=self._shutdown_timeout, limits=self._limits)
 
     async def _shut_down(self) -> None:
         """Clean up the app, then cancel what is left (streams in flight), so the loop closes

@@ -140,6 +140,7 @@ SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
 SELF_LABEL_FOLDS = "ttft_exporter_label_folds_total"  # {label}
 SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
 SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
+SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).
 DROP_SERIES_LIMIT = "series_limit"
@@ -210,3 +211,17 @@ ATTR_PHASE_PREFIX = "ttft_exporter.phase."  # + phase name, seconds
 #: Span events at the phase boundaries, each at its real time (no per-chunk events).
 SPAN_EVENTS: tuple[str, ...] = ("dispatched", "connected", "sent", "headers", "first_token",
                                 "first_answer_token", "last_token")
+
+# --- SLO counts served beside native histograms (protobuf exposition) ----------------------------
+#: Latency objective (the config key of an SLO entry) -> the family its threshold applies to.
+SLO_FAMILIES: dict[str, Family] = {"ttft": TTFT, "first_answer_token": FIRST_ANSWER,
+                                   "stall": STALL}
+
+
+def slo_calls_name(family: Family) -> str:
+    """Counter of a family's calls at or under each SLO threshold (`le`; "+Inf": every call).
+
+    Served with native histograms, which Prometheus stores without the classic `le` buckets, so
+    SLO ratios stay exact counts (docs/decisions.md).
+    """
+    return family.name.removesuffix("_seconds") + "_slo_calls_total"

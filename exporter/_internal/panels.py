@@ -31,8 +31,10 @@ Thresholds = list[dict[str, Any]]
 
 def target(expr: str, legend: str = "", *, instant: bool = False,
            fmt: str = core.TIME_SERIES_TARGET_FORMAT) -> PromTarget:
-    """A query; range queries over the buckets of a family with exemplars show them."""
-    exemplar = not instant and any(f"{f.name}_bucket" in expr for f in names.WINDOWED)
+    """A query; range queries over the buckets (classic or native) of a family with exemplars
+    show them."""
+    exemplar = not instant and any(f"{f.name}_bucket" in expr or f"{f.name}{{" in expr
+                                   for f in names.WINDOWED)
     return PromTarget(expr=expr, legendFormat=legend, instant=instant, format=fmt,
                       exemplar=exemplar)
 
@@ -69,11 +71,15 @@ def stat(title: str, description: str, expr: str, legend: str, unit: str, runboo
 
 
 def heatmap(title: str, description: str, family: names.Family, matchers: Sequence[str],
-            runbook: str) -> BucketHeatmap:
-    expr = f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{RATE}]))"
+            runbook: str, native: bool = False) -> BucketHeatmap:
+    if native:  # Grafana draws the buckets of native histograms itself
+        expr, legend = f"sum(increase({selector(family.name, matchers)}[{RATE}]))", ""
+    else:
+        expr = f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{RATE}]))"
+        legend = "{{le}}"
     return BucketHeatmap(title=title, description=description, thresholds=BASE,
                          links=runbook_link(runbook),
-                         targets=_with_ref_ids([target(expr, "{{le}}", fmt="heatmap")]))
+                         targets=_with_ref_ids([target(expr, legend, fmt="heatmap")]))
 
 
 def bargauge(title: str, description: str, expr: str, legend: str, runbook: str,
@@ -124,6 +130,7 @@ class Queries:
         self.config = config
         self.al = config.alerting
         self.scopes = promql.scopes(config)
+        self.native = promql.is_native(config)
         self.uses_tenant = False
 
     def mr(self) -> list[str]:
@@ -147,23 +154,29 @@ class Queries:
     def runbook(self, section: str) -> str:
         return promql.runbook_url(self.al, section)
 
+    def hrate(self, family: names.Family, part: str, matchers: Sequence[str]) -> str:
+        """Per-second rate of a histogram's `count` or `sum` (classic or native)."""
+        return promql.histogram_rate(family, part, matchers, RATE, native=self.native)
+
     def calls(self, labels: Sequence[str], family: names.Family | None = None) -> str:
-        """Calls per second by `labels` (a family's `_count`, or the requests counter)."""
-        metric = names.REQUESTS_TOTAL if family is None else family.name + "_count"
-        return sum_by(labels, rate(metric, self.vars(family)))
+        """Calls per second by `labels` (a family's count, or the requests counter)."""
+        if family is None:
+            return sum_by(labels, rate(names.REQUESTS_TOTAL, self.vars()))
+        return sum_by(labels, self.hrate(family, "count", self.vars(family)))
 
     def where_calls(self, expr: str, labels: Sequence[str], family: names.Family,
                     matchers: Sequence[str] | None = None) -> str:
         """`expr` only where the family has values in the window: a quantile without calls
         is NaN, which Grafana draws as a gap or a false zero."""
-        count = sum_by(labels, rate(family.name + "_count",
-                                   self.vars(family) if matchers is None else matchers))
+        count = sum_by(labels, self.hrate(family, "count",
+                                          self.vars(family) if matchers is None else matchers))
         return f"{expr}\nand on ({by(labels)}) {count} > 0"
 
     def quantile(self, q: float, family: names.Family, labels: Sequence[str],
                  matchers: Sequence[str] | None = None) -> str:
         m = self.vars(family) if matchers is None else matchers
-        return self.where_calls(quantile(q, family, labels, RATE, m), labels, family, m)
+        return self.where_calls(quantile(q, family, labels, RATE, m, native=self.native),
+                                labels, family, m)
 
     def quantiles(self, family: names.Family, qs: Sequence[float], legend: str = "",
                   matchers: Sequence[str] | None = None) -> list:

@@ -8,6 +8,12 @@ rules themselves (and alert-only policy) are in alerts.py, the panels in dashboa
 metric name comes from exporter.names; the recording rules' own names follow Prometheus'
 `level:metric:operation` convention and keep their nominal windows at any `window_scale`.
 
+Two modes (`dashboards.histograms`): `classic` reads the `le` buckets, `native` the native
+histograms Prometheus scrapes over protobuf (`histogram_quantile` / `histogram_count` /
+`histogram_sum` on the one series) and, for SLO ratios, the exact SLO counts served beside them
+(`names.slo_calls_name`, whose `le="+Inf"` series counts every call): the same division of
+exact counts as `_bucket{le=...}` / `_count`, so both modes give the same ratios.
+
 SLO scopes: the first SLO entry is the default, later entries override it for a (model, route)
 selector and the last matching entry wins (config.slo_for). Each entry's queries select its own
 (model, route) pairs and drop, with `unless on (model, route)`, the pairs a later entry claims.
@@ -54,9 +60,7 @@ REGRESSION_WINDOW = 3600
 ERROR_OUTCOMES = (names.ERROR, names.TIMEOUT)
 
 #: SLI kind -> histogram family whose SLO threshold is a bucket boundary.
-LATENCY_SLIS: dict[str, names.Family] = {
-    "ttft": names.TTFT, "first_answer_token": names.FIRST_ANSWER, "stall": names.STALL,
-}
+LATENCY_SLIS: dict[str, names.Family] = dict(names.SLO_FAMILIES)
 ERRORS_SLI = "errors"
 SLIS: tuple[str, ...] = (*LATENCY_SLIS, ERRORS_SLI)
 
@@ -146,6 +150,7 @@ class Scope:
     slo: SLO
     matchers: tuple[str, ...]
     excluded: tuple[tuple[str, ...], ...]
+    native: bool = False  # dashboards.histograms: native
 
 
 def scopes(config: Config) -> list[Scope]:
@@ -160,8 +165,13 @@ def scopes(config: Config) -> list[Scope]:
         if ident in seen:
             ident = f"{ident}#{i}"
         seen.add(ident)
-        out.append(Scope(ident, slo, _matchers(slo), excluded))
+        out.append(Scope(ident, slo, _matchers(slo), excluded, is_native(config)))
     return out
+
+
+def is_native(config: Config) -> bool:
+    """True when the generated queries read native histograms."""
+    return config.dashboards.histograms == "native"
 
 
 def _selector(slo: SLO) -> tuple[tuple[str, str], ...]:
@@ -207,18 +217,23 @@ def sli_good_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = (
     return _sli_ratio(sli, scope, window, extra, keep, good=True)
 
 
-def sli_events(sli: str) -> str:
-    """The counter whose rate counts an SLI's events: the family's `_count` (calls that got a
-    value) or, for errors, the requests counter (every call)."""
+def sli_events(sli: str, native: bool = False) -> tuple[str, list[str]]:
+    """The counter (and matchers) whose rate counts an SLI's events: the family's `_count`
+    (calls that got a value), or with native histograms the `le="+Inf"` series of the exact
+    SLO counts served beside them; for errors, the requests counter (every call)."""
     if sli == ERRORS_SLI:
-        return names.REQUESTS_TOTAL
-    return LATENCY_SLIS[sli].name + "_count"
+        return names.REQUESTS_TOTAL, []
+    family = LATENCY_SLIS[sli]
+    if native:
+        return names.slo_calls_name(family), [eq("le", "+Inf")]
+    return family.name + "_count", []
 
 
 def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str],
                keep: Sequence[str], good: bool) -> str:
     m = [*scope.matchers, *extra]
-    total = f"sum by ({by(keep)}) (rate({selector(sli_events(sli), m)}[{window}]))"
+    events, at_inf = sli_events(sli, scope.native)
+    total = f"sum by ({by(keep)}) (rate({selector(events, [*at_inf, *m])}[{window}]))"
     if sli == ERRORS_SLI:
         bad_sel = selector(names.REQUESTS_TOTAL,
                            [regex(names.OUTCOME, "|".join(ERROR_OUTCOMES)), *m])
@@ -227,12 +242,13 @@ def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str],
         expr = f"1 - (\n{indent(ratio)}\n)" if good else ratio
         return _claim(expr, scope, names.REQUESTS_TOTAL, window)
     family = LATENCY_SLIS[sli]
-    objective = getattr(scope.slo, sli)
-    good_sel = selector(family.name + "_bucket", [eq("le", le(objective.threshold_seconds)), *m])
-    met = f"sum by ({by(keep)}) (rate({good_sel}[{window}]))"
+    threshold = eq("le", le(getattr(scope.slo, sli).threshold_seconds))
+    # With native histograms the exact counts served beside them, else the `le` bucket.
+    met_metric = names.slo_calls_name(family) if scope.native else family.name + "_bucket"
+    met = f"sum by ({by(keep)}) (rate({selector(met_metric, [threshold, *m])}[{window}]))"
     ratio = f"{met}\n/ ({total} > 0)"
     expr = ratio if good else f"1 - (\n{indent(ratio)}\n)"
-    return _claim(expr, scope, family.name + "_count", window)
+    return _claim(expr, scope, events, window)
 
 
 def outcome_ratio(outcome: str, scope: Scope, window: str, extra: Sequence[str] = (),
@@ -247,12 +263,27 @@ def outcome_ratio(outcome: str, scope: Scope, window: str, extra: Sequence[str] 
 
 
 def quantile(q: float, family: names.Family, labels: Sequence[str], window: str,
-             matchers: Sequence[str] = (), offset: str = "") -> str:
-    """`histogram_quantile` of a family's classic buckets, aggregated by `labels`."""
+             matchers: Sequence[str] = (), offset: str = "", native: bool = False) -> str:
+    """`histogram_quantile` of a family's classic buckets (or native histograms), aggregated
+    by `labels`."""
     shift = f" offset {offset}" if offset else ""
+    if native:
+        sel = selector(family.name, matchers)
+        agg = f"sum by ({by(labels)})" if labels else "sum"
+        return f"histogram_quantile({num(q)}, {agg} (rate({sel}[{window}]{shift})))"
     sel = selector(family.name + "_bucket", matchers)
     return (f"histogram_quantile({num(q)}, sum by ({by([*labels, 'le'])}) "
             f"(rate({sel}[{window}]{shift})))")
+
+
+def histogram_rate(family: names.Family, part: str, matchers: Sequence[str], window: str,
+                   offset: str = "", native: bool = False) -> str:
+    """Per-second rate of a histogram's `count` or `sum`: `rate(<family>_count[w])`, or
+    `histogram_count(rate(<family>[w]))` on native histograms."""
+    shift = f" offset {offset}" if offset else ""
+    if native:
+        return f"histogram_{part}(rate({selector(family.name, matchers)}[{window}]{shift}))"
+    return f"rate({selector(f'{family.name}_{part}', matchers)}[{window}]{shift})"
 
 
 # --- recording rule names ---------------------------------------------------------------------

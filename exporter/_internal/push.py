@@ -27,20 +27,28 @@ import logging
 import os
 import random
 import secrets
+import select
 import socket
 import ssl
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from . import names
 from .config import Config
 from .recorder import Recorder
 from .wire import CONTENT_TYPE, PUSH_PATH, Delta, encode
 
 log = logging.getLogger("exporter.push")
 
+WORKER_LOST_HELP = ("Batches this worker gave up (queue bound, refused, or unacknowledged at "
+                    "exit).")
+WORKER_FAILURES_HELP = "Push attempts of this worker that failed (retried later)."
 ENV_URL = "TTFT_EXPORTER_PUSH_URL"
 ENV_TOKEN = "TTFT_EXPORTER_PUSH_TOKEN"
 
@@ -93,6 +101,7 @@ class Flusher:
         if self._https:
             self._ssl = ssl.create_default_context(cafile=config.push.ca_file or None)
         self._token = _read_token(config.push.token_file)
+        self._token_stale = False
         self.worker = new_worker_id()
         self.recorder = recorder
         self._retired: list[Recorder] = []
@@ -100,15 +109,27 @@ class Flusher:
         self._pending: deque[_Batch] = deque()
         self._lost = 0  # batches dropped and not yet reported to the aggregator
         self._failures = 0  # failed attempts not yet reported
+        #: Batches given up and failed attempts since start, served by this worker's own
+        #: exposition (`families()`): a loss the aggregator never hears of is counted here.
+        self.lost_total = 0
+        self.failures_total = 0
         self._lock = threading.Lock()  # the queue and the connection; never taken by app threads
         self._conn: http.client.HTTPConnection | None = None
-        self._stop = threading.Event()
+        #: Set once to stop, and a pipe to wake the thread: both safe to use from a signal
+        #: handler that interrupted the app's own thread anywhere (an Event's lock is not).
+        self._stopped = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        # closed with the object, never earlier: a write to a closed and reused descriptor
+        # would land in someone else's file
+        self._close_pipe = weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
         self._deadline = 0.0  # monotonic time until which the last push is retried
         self._retry_at = 0.0
         self._backoff_step = 0
         self._failing = False
         self._thread = threading.Thread(target=self._run, name="ttft-exporter-push", daemon=True)
         self.acked = 0  # batches acknowledged (tests, bench)
+        self._last_failure = ""
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -126,9 +147,14 @@ class Flusher:
     def retire(self, timeout: float | None = None) -> None:
         """Stop pushing without waiting: the flusher's thread makes the last push, retrying
         for `timeout` s (default `push.exit_timeout_seconds`), then ends."""
-        self._deadline = time.monotonic() + (
-            self.config.push.exit_timeout_seconds if timeout is None else timeout)
-        self._stop.set()
+        if not self._stopped:  # (a second stop keeps the first one's deadline)
+            self._deadline = time.monotonic() + (
+                self.config.push.exit_timeout_seconds if timeout is None else timeout)
+            self._stopped = True
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:  # the pipe is full: the thread is woken already
+            pass
 
     def close(self, timeout: float | None = None) -> None:
         """Stop and wait for the last push, retried for `timeout` s (at exit)."""
@@ -137,13 +163,19 @@ class Flusher:
             if self._thread.ident is None:  # never started: push from here
                 self._last_push()
             return
-        if threading.current_thread() is not self._thread:
+        self.wait_closed()
+
+    def wait_closed(self) -> None:
+        """Wait (bounded by the deadline) for the last push of a flusher being stopped. Takes
+        no lock but the thread's own: safe from a signal handler that interrupted `close()`."""
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
             left = max(self._deadline - time.monotonic(), 0.0)
             self._thread.join(left + self.config.push.timeout_seconds + 1.0)
 
     def abandon(self) -> None:
         """In a forked child: this flusher (and its queue) belongs to the parent; forget it."""
-        self._stop.set()
+        self._stopped = True
+        self._wake_w = -1  # (our copies of the descriptors close with the object)
         conn, self._conn = self._conn, None
         if conn is not None and conn.sock is not None:
             try:
@@ -162,10 +194,19 @@ class Flusher:
     def pending(self) -> int:
         return len(self._pending)
 
+    def families(self) -> list[Metric]:
+        """This worker's own push counters, for its exposition (if it serves one)."""
+        return [
+            CounterMetricFamily(names.SELF_PUSH_LOST, WORKER_LOST_HELP, value=self.lost_total),
+            CounterMetricFamily(names.SELF_PUSH_FAILURES, WORKER_FAILURES_HELP,
+                                value=self.failures_total)]
+
     def _run(self) -> None:
         interval = self.config.push.interval_seconds
         next_at = time.monotonic() + interval
-        while not self._stop.wait(max(next_at - time.monotonic(), 0)):
+        while not self._stopped:
+            if self._sleep(next_at - time.monotonic()):
+                continue
             next_at += interval
             now = time.monotonic()
             if next_at < now:  # we fell behind (suspended process): do not burst
@@ -178,6 +219,16 @@ class Flusher:
             except Exception:  # never let the thread die: the process would stop pushing
                 log.exception("ttft-exporter push: unexpected error (will retry)")
         self._last_push()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait up to `seconds`; True when woken (stopping)."""
+        try:
+            ready, _, _ = select.select([self._wake_r], [], [], max(seconds, 0.0))
+        except (OSError, ValueError):  # the pipe was closed: we are stopping
+            return True
+        return bool(ready)
+
+
 
     def _last_push(self) -> None:
         """A last drain, then retry what is unacknowledged until the deadline."""
@@ -194,8 +245,23 @@ class Flusher:
                     time.sleep(min(delay, left))
                     delay = min(delay * 2, 1.0)
                 self._close_connection()
+                if self._pending:
+                    self._give_up()
         except Exception:
             log.exception("ttft-exporter push: final push failed")
+
+    def _give_up(self) -> None:
+        """The last push's deadline passed with batches unacknowledged: they are lost, and
+        said so (the aggregator hears of it only if it can still be reached later, by no one)."""
+        batches = list(self._pending)
+        self._pending.clear()
+        calls = sum(b.delta.calls() for b in batches)
+        for batch in batches:
+            self._lost += 1 + batch.delta.lost_batches
+            self.lost_total += 1
+        log.error("ttft-exporter push: gave up %d unacknowledged batches of worker %s (%d "
+                  "calls) at exit: %s", len(batches), self.worker, calls,
+                  self._last_failure or "no answer in time")
 
     # draining and queueing ---------------------------------------------------------------------
 
@@ -226,6 +292,7 @@ class Flusher:
 
     def _drop(self, batch: _Batch, why: str) -> None:
         self._lost += 1 + batch.delta.lost_batches
+        self.lost_total += 1
         self._failures += batch.delta.push_failures
         log.warning("ttft-exporter push: dropped batch %d of worker %s (%d calls): %s",
                     batch.seq, self.worker, batch.delta.calls(), why)
@@ -250,6 +317,10 @@ class Flusher:
                 self._drop(batch, f"the aggregator rejected it: HTTP {status} {detail}")
                 continue
             self._failures += 1
+            self.failures_total += 1
+            self._last_failure = detail or f"HTTP {status}"
+            if status in (401, 403):  # a rotated secret: read the token again at the retry
+                self._token_stale = True
             if not self._failing:
                 self._failing = True
                 log.warning("ttft-exporter push: cannot push to %s (%s); keeping the deltas and "
@@ -263,6 +334,9 @@ class Flusher:
     def _post(self, body: bytes) -> tuple[int, str]:
         """POST one body; (status, detail), status 0 for a connection error."""
         headers = {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(body))}
+        if self._token_stale:
+            self._token = _read_token(self.config.push.token_file)
+            self._token_stale = False
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         for attempt in (0, 1):
@@ -296,6 +370,14 @@ class Flusher:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _read_token(path: str) -> str:

@@ -155,10 +155,15 @@ class Recorder:
             except Exception:
                 self.drops[names.DROP_INTERNAL] += 1
 
-    def reset_lock_after_fork(self) -> None:
-        """In a forked child: a lock another thread held at fork time is never released."""
+    def reset_after_fork(self) -> None:
+        """In a forked child only the forking thread survives: a lock another thread held at
+        fork time would never be released, and the calls other threads had in flight never
+        end here. The recorded data stays (as prometheus_client's single-process mode keeps
+        it); the lock is new and the in-flight gauge starts at 0."""
         self._lock = threading.Lock()
         self._owner = None
+        self._deferred.clear()
+        self.in_flight = {key: 0 for key in self.in_flight}
 
     # --- recording (caller's thread; never raises) -----------------------------------------
 

@@ -24,12 +24,14 @@ import atexit
 import enum
 import logging
 import os
+import signal
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import config as config_module, names
+from . import names
+from .config_loader import load
 from .config import Config
 from .exposition import ExtraFamilies, Renderer
 from .push import Flusher, push_url
@@ -53,12 +55,15 @@ class State:
 
 
 _lock = threading.Lock()  # guards _state
-_wiring = threading.Lock()  # guards _flusher and _retiring; never taken by recording threads
+#: Guards _flusher, _retiring and _stopping; never taken by recording threads. Reentrant: the
+#: SIGTERM handler of a multiprocessing child can interrupt its own thread holding it.
+_wiring = threading.RLock()
 _state: State | None = None
 _aggregator = False
 _extra: ExtraFamilies | None = None
 _flusher: Flusher | None = None
 _retiring: list[Flusher] = []
+_stopping: list[Flusher] = []  # making their last push at exit
 
 
 def _role_for(config: Config) -> Role:
@@ -83,7 +88,7 @@ def state() -> State:
 def configure(source: str | os.PathLike[str] | Mapping[str, Any] | Config | None = None
               ) -> Config:
     """Load and validate a config (raises ConfigError on a mistake), then use it from now on."""
-    config = source if isinstance(source, Config) else config_module.load(source)
+    config = source if isinstance(source, Config) else load(source)
     _install(config, replace=True)
     return config
 
@@ -123,6 +128,7 @@ def _wire_push(new: State) -> None:
         if current is not None and url and current.url == url and \
                 current.config.push == new.config.push:
             current.follow(new.recorder)
+            new.renderer.extra = current.families
             return
         _flusher = None
         if current is not None:
@@ -132,6 +138,7 @@ def _wire_push(new: State) -> None:
             return
         try:
             _flusher = Flusher(url, new.config, new.recorder).start()
+            new.renderer.extra = _flusher.families  # the worker's own push counters
         except ValueError as e:
             log.warning("ttft-exporter push: %s; not pushing", e)
             return
@@ -152,17 +159,27 @@ def current_flusher() -> Flusher | None:
 
 
 def stop_pushing(timeout: float | None = None) -> None:
-    """Make the last push and wait for it (at exit): every flusher, retiring ones included."""
+    """Make the last push and wait for it (at exit): every flusher, retiring ones included.
+
+    Called again while a first call waits (SIGTERM arriving during the exit hooks), it waits
+    for the same last pushes rather than letting the process die under them."""
     global _flusher
     with _wiring:
-        flushers = ([_flusher] if _flusher is not None else []) + _retiring
+        if _flusher is not None:
+            _stopping.append(_flusher)
+        _stopping.extend(_retiring)
         _flusher = None
         _retiring.clear()
+        flushers = list(_stopping)
     for flusher in flushers:
         try:
             flusher.close(timeout)
         except Exception:
             log.exception("ttft-exporter push: final push failed")
+    with _wiring:
+        for flusher in flushers:
+            if flusher in _stopping:
+                _stopping.remove(flusher)
 
 
 _finalizer_pid = 0
@@ -177,10 +194,11 @@ _FORK_TOKEN = _ForkToken()
 
 def _last_push_in_multiprocessing_children() -> None:
     """multiprocessing children leave through os._exit, so atexit never runs there: the last
-    push is also registered with multiprocessing's exit hook, which a child's bootstrap runs.
+    push is also registered with multiprocessing's exit hook, which a child's bootstrap runs,
+    and, in a child, with SIGTERM (`Process.terminate()`, and `Pool` on leaving its `with`).
 
     The bootstrap of a forked child first empties the finalizers it inherited, then runs the
-    after-fork callbacks: the hook is registered again from one of those."""
+    after-fork callbacks: the hooks are registered again from one of those."""
     global _finalizer_pid
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is None:
@@ -188,6 +206,7 @@ def _last_push_in_multiprocessing_children() -> None:
     if _finalizer_pid != os.getpid():
         _finalizer_pid = os.getpid()
         mp_util.Finalize(None, stop_pushing, exitpriority=100)
+        _last_push_on_sigterm()
     mp_util.register_after_fork(_FORK_TOKEN, _register_again_in_child)
 
 
@@ -198,18 +217,44 @@ def _register_again_in_child(_token: _ForkToken) -> None:
         _last_push_in_multiprocessing_children()
 
 
+def _last_push_on_sigterm() -> None:
+    """In a multiprocessing child that left SIGTERM at its default (killed at once), make the
+    last push first, then die of SIGTERM as before. Nothing changes for a process that handles
+    SIGTERM itself, or for the main process."""
+    process = sys.modules.get("multiprocessing.process")
+    if process is None or process.parent_process() is None or \
+            threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def last_push_then_terminate(signum: int, frame: object) -> None:
+        try:
+            stopping = list(_stopping)  # (read without a lock: it may be held right here)
+            if stopping:  # the exit hooks, interrupted, are making the last push: wait for it
+                for flusher in stopping:
+                    flusher.wait_closed()
+            else:
+                stop_pushing()
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, last_push_then_terminate)
+
+
 def _after_fork_in_child() -> None:
     global _lock, _wiring, _flusher
-    _lock, _wiring = threading.Lock(), threading.Lock()
+    _lock, _wiring = threading.Lock(), threading.RLock()
     current = _state
     if current is None:
         return
-    current.recorder.reset_lock_after_fork()
+    current.recorder.reset_after_fork()
     current.renderer.reset_lock_after_fork()
     inherited, _flusher = _flusher, None
-    for flusher in _retiring:
+    for flusher in (*_retiring, *_stopping):
         flusher.abandon()
     _retiring.clear()
+    _stopping.clear()
     if inherited is None:
         return
     inherited.abandon()

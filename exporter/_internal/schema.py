@@ -38,6 +38,8 @@ class Schema:
         tokens = Layout(hist.max_tokens, hist.significant_digits,
                         [int(b) for b in hist.token_buckets])
         self.max_label_length = config.labels.max_label_length
+        #: Series and rows one push may carry at most (each family's ceiling).
+        self.max_series = config.labels.max_series
         self.families: dict[str, FamilySchema] = {}
         for fam in names.HISTOGRAMS:
             has_tenant = config.family_has_tenant(fam)

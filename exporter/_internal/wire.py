@@ -242,6 +242,7 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
                                           f"aggregator's (digits, range or buckets)")
     families = schema.families
     table = _list(doc.get("labels"), "labels")
+    _bounded(doc, schema.max_series)
     by_family = doc.get("histograms")
     straddles, exemplars = doc.get("straddles"), doc.get("exemplars")
     if by_family.__class__ is not dict or straddles.__class__ is not dict or \
@@ -296,6 +297,19 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
     delta.lost_batches = _count(doc.get("lost_batches"), "lost_batches")
     delta.push_failures = _count(doc.get("push_failures"), "push_failures")
     return delta
+
+
+def _bounded(doc: dict[str, Any], limit: int) -> None:
+    """Refuse, before any work, a push with more series or rows than a family may hold."""
+    histograms = doc.get("histograms")
+    series = sum(len(flat) // 4 for flat in histograms.values() if flat.__class__ is list) \
+        if histograms.__class__ is dict else 0
+    lists = {key: doc.get(key) for key in ("labels", "requests", "in_flight", "tenant_folds")}
+    for what, n in (("series", series), *((key, len(value)) for key, value in lists.items()
+                                          if value.__class__ is list)):
+        if n > limit:
+            raise PushError(names.REJECT_TOO_LARGE, f"{n} {what} in one push: more than "
+                                                    f"labels.max_series ({limit})")
 
 
 def _counts(value: Any, what: str, known: tuple[str, ...], into: dict[str, int]) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import exporter
 from exporter._internal import names, push, runtime, wire
 from exporter._internal.aggregator import Aggregator
-from exporter._internal.config import load
+from exporter._internal.config_loader import load
 from exporter._internal.exposition import Renderer
 from exporter._internal.guard import INVALID
 from exporter._internal.recorder import Recorder
@@ -58,10 +61,26 @@ def assert_bounded(rec: Recorder) -> None:
     assert sum(len(v) for v in guard._tenants.values()) <= lab.max_series
 
 
+def memory_bound(rec: Recorder) -> int:
+    """docs/metrics.md, "Memory and scrape bounds": the worst case of every part."""
+    lab, window = rec.config.labels, rec.config.window
+    counts_len = max(s.layout.counts_len for s in rec.families.values())
+    per_series = (1 + window.slices) * counts_len * 4 + 1024  # counters, slices, key, object
+    rows = 2 * lab.max_series + len(names.OUTCOMES) + 1
+    values = lab.max_series + lab.max_models + lab.max_routes + lab.max_providers
+    return lab.max_series * per_series + rows * 300 + values * 2 * 150 + 2**20
+
+
 def test_hundreds_of_thousands_of_routes_models_and_tenants_stay_bounded():
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
     rec = Recorder(load(LIMITS))
     for i in range(50_000):  # every call a new model, route and tenant (a hostile provider)
         call(rec, i, f"model-{i}", f"/route/{i}", f"tenant-{i}", provider=f"p{i % 9}")
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert held <= memory_bound(rec), (held, memory_bound(rec))
     assert_bounded(rec)
     counters = rec.counters()
     assert sum(counters.requests.values()) == 50_000  # every call counted, none dropped

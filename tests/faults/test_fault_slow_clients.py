@@ -1,0 +1,133 @@
+"""Faults from the network: clients that trickle their headers or body, too many connections,
+and the largest push the limits allow. The server closes what it must, counts it, and keeps
+answering /healthz."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from dataclasses import replace
+
+from exporter._internal import connection_guard, names, push, wire
+from exporter._internal.aggregator import Aggregator
+from exporter._internal.config import Config, ServerConfig
+from exporter._internal.config_loader import load
+from exporter._internal.exposition import Renderer
+from exporter._internal.recorder import Recorder
+from exporter._internal.server import ExporterServer, create_app
+from exporter._internal.timeline import CallTimeline
+
+LIMITS = ServerConfig(max_connections=20, header_timeout_seconds=1.0, body_timeout_seconds=1.0)
+
+
+def serving(config: Config = Config()) -> tuple[ExporterServer, Aggregator]:
+    agg = Aggregator(replace(config, server=LIMITS))
+    renderer = Renderer(agg.recorder, agg.families)
+    server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0,
+                            config=LIMITS).start()
+    return server, agg
+
+
+def healthz(server: ExporterServer) -> bool:
+    try:
+        return urllib.request.urlopen(f"{server.base_url}/healthz", timeout=5).read() == b"ok\n"
+    except OSError:
+        return False
+
+
+def closed_by_peer(sock: socket.socket, within: float) -> bool:
+    """True when the server closes `sock` within `within` seconds (reads EOF or a reset)."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(100) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_trickling_headers_and_too_many_connections_are_closed_and_counted():
+    before = dict(connection_guard.CLOSED)
+    server, _ = serving()
+    host, port = "127.0.0.1", server.port
+    clients = []
+    try:
+        for _ in range(30):  # 20 may open, 10 are closed at once
+            s = socket.create_connection((host, port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # never finished
+            clients.append(s)
+        deadline = time.monotonic() + 10
+        while connection_guard.CLOSED["limit"] - before["limit"] < 10:
+            assert time.monotonic() < deadline, connection_guard.CLOSED
+            time.sleep(0.02)  # poll
+        for s in clients:  # every trickling client is closed once its header time is up
+            assert closed_by_peer(s, within=10)
+        assert connection_guard.CLOSED["slow"] - before["slow"] == 20
+        assert healthz(server)  # the slots are free again
+    finally:
+        for s in clients:
+            s.close()
+        server.stop()
+
+
+def test_a_trickling_push_body_is_refused_with_408():
+    before = connection_guard.CLOSED["slow"]
+    server, agg = serving()
+    try:
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ttft-delta\r\n"
+                  b"Content-Length: 1000\r\n\r\nabc")  # the rest never comes
+        s.settimeout(10)
+        answer = s.recv(1000)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert connection_guard.CLOSED["slow"] == before + 1
+        s.close()
+        assert sum(agg.rejected.values()) == 0 and healthz(server)
+    finally:
+        server.stop()
+
+
+def maximal_push(config: Config) -> bytes:
+    """A push at the edge of the limits: max_series series of large, sparse histograms."""
+    rec = Recorder(config)
+    for i in range(config.labels.max_series // 4):  # 4 histogram families per call
+        t = CallTimeline(start=0, model="m", provider="p", route=f"r{i % 50}",
+                         tenant=f"t{i}")
+        for k in range(40):
+            t.token(1_000 + (k * 7_919_171 + i * 104_729) % 3_000_000_000)
+        t.end, t.outcome = 3_100_000_000, names.OK
+        rec.record_call(t)
+    delta = push.drain(rec)
+    delta.worker, delta.seq, delta.interval = "big", 1, 5.0
+    return wire.encode(delta, rec.schema.layouts())
+
+
+def test_healthz_answers_while_the_largest_push_is_applied():
+    """Pushes are validated and merged on the aggregator's own thread: while it works (held
+    here on purpose, so the test does not depend on how fast the machine is), the event loop
+    answers /healthz; then the largest push the limits allow is applied whole."""
+    config = load({"labels": {"max_series": 4000, "max_tenants": 10_000}})
+    server, agg = serving(config)
+    body = maximal_push(config)
+    busy, release = threading.Event(), threading.Event()
+    agg.worker.submit(lambda: (busy.set(), release.wait(30)))  # the aggregator's thread is busy
+    answers: list[int] = []
+    try:
+        def pushing() -> None:
+            request = urllib.request.Request(f"{server.base_url}/push", data=body,
+                                             headers={"Content-Type": wire.CONTENT_TYPE})
+            answers.append(urllib.request.urlopen(request, timeout=60).status)
+
+        assert busy.wait(10)
+        thread = threading.Thread(target=pushing)
+        thread.start()
+        assert all(healthz(server) for _ in range(3)) and not answers  # the push waits
+        release.set()
+        thread.join(60)
+        assert answers == [200] and agg.batches[names.PUSH_APPLIED] == 1
+        assert agg.recorder.counters().series > 3000  # applied whole, within max_series
+    finally:
+        release.set()
+        server.stop()
