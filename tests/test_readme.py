@@ -61,8 +61,10 @@ def test_a_taken_port_raises_oserror_and_nothing_else_does() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
+        port = busy.getsockname()[1]
         with pytest.raises(OSError) as error:
-            exporter.start_http_server(port=busy.getsockname()[1])
-    assert "Address already in use" in str(error.value) or error.value.errno == 98
+            exporter.start_http_server(port=port)
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in str(error.value)
+    assert "cannot listen on 127.0.0.1:9469: Address already in use" in README
     assert 'port=int(os.environ.get("METRICS_PORT", "9469"))' in snippet()
     assert "stream_options={\"include_usage\": True}" in snippet()
