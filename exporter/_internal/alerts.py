@@ -109,7 +109,7 @@ def _budget_records(config: Config, scope: Scope, sli: str, labels: dict[str, st
     over the period (cheap; every 5 minutes with calls weighs the same), as Sloth records it."""
     period = config.alerting.slo_period_seconds
     budget = num(1 - getattr(scope.slo, sli).target)
-    mine = [eq("sloth_id", labels["sloth_id"])]
+    mine = [eq("sloth_id", labels["sloth_id"]), *recorded_scope(config.alerting)]
     five = selector(sli_record(300), mine)
     return [
         {"record": sli_record(period), "labels": labels,
