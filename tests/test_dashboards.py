@@ -3,31 +3,21 @@
 No Grafana server can be installed here, so the JSON is checked structurally against the
 current dashboard model (schemaVersion, panel types, datasource variable, thresholds, heatmap
 options, variables, links), every query is parsed by a real Prometheus, and every metric it
-reads must be one the exporter serves.
+reads must be one the exporter serves. tests/test_incident_day.py evaluates every query over
+a whole incident day and asserts its values.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import json
-import threading
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
+import re
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-import exporter
-from exporter._internal import config, config_loader, dashboards, names, promql, runtime
-from exporter._internal.demo.latency import LatencyModel
-from exporter._internal.demo.loadgen import stream_chat
-from exporter._internal.demo.provider import INPUT_TOKENS_HEADER, TENANT_HEADER, ProviderServer
-from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, dashboard_json, generate
-from exporter._internal.shim.manual import Call
+from exporter._internal import config, config_loader, dashboards, names, promql
+from exporter._internal.generate import dashboard_json
 from tests.support.prometheus import (PrometheusServer, grafana_expr, metric_names,
                                       require_prometheus)
 from tests.test_alerts import recorded_names, served_metric_names
@@ -149,10 +139,12 @@ def test_native_dashboards_read_native_histograms_and_exact_slo_counts() -> None
 
 def test_variables(board: dict[str, Any]) -> None:
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert list(variables) == ["datasource", "model", "route", "tenant"]
+    uses_tenant = '"$tenant"' in "\n".join(queries(board))
+    assert list(variables) == ["datasource", "job", "model", "route",
+                               *(["tenant"] if uses_tenant else [])]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for name in ("model", "route", "tenant"):
+    for name in list(variables)[1:]:
         var = variables[name]
         assert var["type"] == "query" and var["datasource"] == DATASOURCE
         assert var["definition"].startswith("label_values(") and var["definition"].endswith(
@@ -162,9 +154,42 @@ def test_variables(board: dict[str, Any]) -> None:
 
 def test_panels_use_the_variables(board: dict[str, Any]) -> None:
     used = "\n".join(queries(board))
-    assert '=~"$model"' in used and '=~"$route"' in used
+    assert '=~"$model"' in used and '=~"$route"' in used and 'job=~"$job"' in used
     if board["uid"] != "ttft-phases":  # phases carry no tenant unless the config asks
         assert '=~"$tenant"' in used
+
+
+def test_the_tenant_variable_only_where_the_family_has_tenant() -> None:
+    """$tenant never filters a family without the label (it would do nothing), and the phases
+    dashboard has no tenant variable unless the config puts tenant on its families."""
+    with_tenant = {name for f in names.HISTOGRAMS if f.tenant_by_default
+                   for name in (f.name, f.window_name)}
+    with_tenant |= {names.REQUESTS_TOTAL, promql.Names.of(config.AlertingConfig()).tenant_p99}
+    for uid in UIDS:
+        for expr in queries(load(uid)):
+            for metric, matchers in re.findall(r"([a-z_:0-9]+)\{([^}]*)\}", expr):
+                if '"$tenant"' in matchers:
+                    family = re.sub(r"_(bucket|count|sum)$", "", metric)
+                    assert family in with_tenant, (uid, metric)
+    assert "tenant" not in [v["name"] for v in load("ttft-phases")["templating"]["list"]]
+    cfg = config_loader.load({"labels": {"tenant_families": [names.INPUT_TOKENS.name,
+                                                      names.CACHED_INPUT_TOKENS.name]}})
+    phases = json.loads(dashboard_json(dashboards.dashboard(dashboards.PHASES, cfg)))
+    assert "tenant" in [v["name"] for v in phases["templating"]["list"]]
+    assert "Cached share of input tokens by tenant (lowest 10)" in [
+        p["title"] for p in phases["panels"]]
+
+
+def test_every_panel_links_its_runbook_section(board: dict[str, Any]) -> None:
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    anchors = {re.sub(r"[^a-z0-9_ -]", "", h.lower()).replace(" ", "-")
+               for h in re.findall(r"^## (.+)$", runbooks, flags=re.M)}
+    base = config.AlertingConfig().runbook_url
+    for panel in panels(board):
+        [link] = panel["links"]
+        url, _, anchor = link["url"].partition("#")
+        assert url == base and anchor in anchors, (panel["title"], link["url"])
+        assert link["targetBlank"] is True
 
 
 def test_dashboards_link_to_each_other() -> None:
@@ -198,6 +223,22 @@ def test_slo_panels_follow_the_config() -> None:
     assert "/ 0.005" in text  # the default's error budget, 1 - 0.995
 
 
+def test_panels_show_at_most_ten_series_and_no_nan() -> None:
+    """Structural guards the incident-day test proves on data: every breakdown is a topk /
+    bottomk of 10, every quantile is filtered to where calls were made, every division
+    filters a zero denominator."""
+    for uid in UIDS:
+        for panel in panels(load(uid)):
+            for target in panel["targets"]:
+                expr = target["expr"]
+                if "histogram_quantile" in expr and panel["type"] != "heatmap":
+                    assert "> 0" in expr, (uid, panel["title"])
+                if re.search(r"by \((model, route|tenant|route)", expr) and \
+                        "window" not in panel["title"] and panel["type"] == "timeseries":
+                    assert re.search(r"(top|bottom)k\((5|10),", expr) or \
+                        "Share of tenants" in panel["title"], (uid, panel["title"])
+
+
 def test_every_query_parses_on_prometheus() -> None:
     """A real Prometheus (empty) runs every panel query with the variables set to All."""
     require_prometheus()
@@ -210,188 +251,6 @@ def test_every_query_parses_on_prometheus() -> None:
 
 def test_burn_rate_panel_thresholds_are_the_page_factors() -> None:
     board = load("ttft-overview")
-    burn = next(p for p in panels(board) if p["title"] == "TTFT error budget burn rate")
+    burn = next(p for p in panels(board) if p["title"].startswith("TTFT error budget burn rate"))
     steps = [s["value"] for s in burn["fieldConfig"]["defaults"]["thresholds"]["steps"][1:]]
     assert steps == sorted(p.factor for p in promql.PAGE_BURN)
-
-
-# --- end to end: demo provider + exporter + a real Prometheus on the generated rules -------------
-
-#: Short windows (5m -> 5s, 1h -> 60s), a 20s tenant baseline, a 30s "last week", and few
-#: tenants per model and route so the long tail folds into __other__.
-E2E_CONFIG = {
-    "labels": {"max_tenants": 4},
-    "alerting": {"window_scale": 1 / 60, "tenant_baseline_offset_seconds": 1200,
-                 "regression_offset_seconds": 1800},
-}
-SCRAPE = """
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: {job}
-    static_configs:
-      - targets: ["{target}"]
-"""
-NOISY_MODEL, NOISY_ROUTE = "llama-3-8b", "chat"
-QUIET_TENANTS = tuple(f"t{i}" for i in range(1, 7))
-
-
-class Traffic:
-    """Calls through the manual API against the demo provider, on a background event loop.
-
-    Six quiet tenants share one model and route; `burst()` starts the demo's noisy tenant,
-    whose huge prompts pause the model's batch (the demo's noisy-neighbour failure). A
-    reasoning model gives the reasoning phase, and a few calls time out or are cancelled.
-    aiohttp's tracing stamps the connection phases.
-    """
-
-    def __init__(self, base_url: str):
-        self.url = base_url + "/v1/chat/completions"
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._loop.run_until_complete,
-                                        args=(self._main(),), name="e2e-traffic", daemon=True)
-        self._thread.start()
-        self._started.wait(10)
-
-    def burst(self) -> None:
-        self._loop.call_soon_threadsafe(self._noisy.set)
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=30)
-
-    async def _main(self) -> None:
-        self._noisy, self._stop = asyncio.Event(), asyncio.Event()
-        self._current: contextvars.ContextVar[Call] = contextvars.ContextVar("e2e_call")
-        self._tasks: set[asyncio.Task[None]] = set()
-        async with aiohttp.ClientSession(trace_configs=[self._tracing()]) as session:
-            loops = [self._every(0.5, session, NOISY_MODEL, NOISY_ROUTE, t, 600)
-                     for t in QUIET_TENANTS]
-            loops += [self._every(1.0, session, "deepseek-r1", "search", "t1", 3000),
-                      self._every(0.5, session, NOISY_MODEL, NOISY_ROUTE, "tenant-noisy", 600,
-                                  gate=self._noisy),
-                      self._every(1.0, session, NOISY_MODEL, "search", "t2", 3000, limit=0.001),
-                      self._every(1.0, session, NOISY_MODEL, "search", "t3", 3000, cancel=0.05)]
-            runners = [asyncio.create_task(loop) for loop in loops]
-            self._started.set()
-            await self._stop.wait()
-            for task in (*runners, *self._tasks):
-                task.cancel()
-            await asyncio.gather(*runners, *self._tasks, return_exceptions=True)
-
-    async def _every(self, period: float, session: aiohttp.ClientSession, model: str,
-                     route: str, tenant: str, tokens: int, gate: asyncio.Event | None = None,
-                     limit: float | None = None, cancel: float | None = None) -> None:
-        """Start a call every `period` seconds (after `gate`), without waiting for it."""
-        if gate is not None:
-            await gate.wait()
-        while True:
-            task = asyncio.create_task(self._call(session, model, route, tenant, tokens, limit))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            if cancel is not None:
-                self._loop.call_later(cancel, task.cancel)
-            await asyncio.sleep(period)
-
-    async def _call(self, session: aiohttp.ClientSession, model: str, route: str, tenant: str,
-                    tokens: int, limit: float | None) -> None:
-        body = {"model": model, "stream": True, "stream_options": {"include_usage": True},
-                "messages": [{"role": "user", "content": f"{route} request"}]}
-        headers = {TENANT_HEADER: tenant, INPUT_TOKENS_HEADER: str(tokens)}
-        try:
-            with exporter.labels(route=route, tenant=tenant):
-                with exporter.track(model=model, provider="demo") as call:
-                    self._current.set(call)
-                    await asyncio.wait_for(stream_chat(session, self.url, body, headers, call),
-                                           limit)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-            pass  # the outcome is recorded; timeouts are on purpose
-
-    def _tracing(self) -> aiohttp.TraceConfig:
-        """Stamp dispatched/connected/sent on the call running in the current context."""
-        def stamp(*marks: str) -> Callable[..., Awaitable[None]]:
-            async def hook(*_: object) -> None:
-                call = self._current.get()
-                for mark in marks:
-                    getattr(call, mark)()
-            return hook
-
-        trace = aiohttp.TraceConfig()
-        trace.on_connection_create_start.append(stamp("dispatched"))
-        trace.on_connection_create_end.append(stamp("connected"))
-        trace.on_connection_reuseconn.append(stamp("dispatched", "connected"))
-        trace.on_request_chunk_sent.append(stamp("sent"))
-        return trace
-
-
-def test_end_to_end_every_query_and_rule_has_data_and_the_noisy_neighbour_alerts(
-        tmp_path: Path) -> None:
-    """The demo provider, the exporter, and a real Prometheus loading the generated rules
-    (1 s intervals, short windows): every dashboard query, variable and recording rule returns
-    data, no rule fails, and the noisy tenant's burst makes the many-tenants alert fire."""
-    require_prometheus()
-    cfg = config_loader.load(E2E_CONFIG)
-    runtime.configure(cfg)
-    generate(cfg, tmp_path)
-    rules = [tmp_path / "alerts" / name for name in (RECORDING_FILE, ALERTING_FILE)]
-    # Every request of the noisy tenant is a 40k-token document: 0.8 s of prefill that holds
-    # every stream of the model (the demo's batch_block_tokens is 32k).
-    noisy = replace(LatencyModel.default(), noisy_probability=1.0, noisy_input_tokens=40_000)
-    n = promql.Names.of(cfg.alerting)
-    where = f'model="{NOISY_MODEL}", route="{NOISY_ROUTE}"'
-    with ProviderServer(noisy) as provider:
-        server = exporter.start_http_server(port=0)
-        traffic = Traffic(provider.base_url)
-        try:
-            target = server.url.split("//", 1)[1].split("/", 1)[0]
-            scrape = SCRAPE.format(job=cfg.alerting.exporter_job, target=target)
-            with PrometheusServer(scrape, rule_files=rules) as prom:
-                prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
-                # A calm baseline 20 s back for at least 3 tenants, then the burst.
-                prom.wait_for(f"count({n.tenant_p99_baseline}{{{where}}}) >= 3", timeout=60)
-                assert not _matching(prom, "LLMTTFTManyTenantsDegraded", NOISY_MODEL)
-                traffic.burst()
-                prom.wait_for(f"{n.tenants_degraded_ratio}{{{where}}} >= 0.5", timeout=30)
-                alert = _wait_for_alert(prom, "LLMTTFTManyTenantsDegraded", NOISY_MODEL)
-                assert alert["labels"]["route"] == NOISY_ROUTE
-                assert alert["state"] in ("pending", "firing")
-
-                for uid in UIDS:
-                    board = load_generated(tmp_path, uid)
-                    for panel in panels(board):
-                        for target_ in panel["targets"]:
-                            prom.wait_for(grafana_expr(target_["expr"]), timeout=20)
-                    for var in board["templating"]["list"][1:]:
-                        selector = var["definition"].removeprefix("label_values(")
-                        selector = grafana_expr(selector.rsplit(",", 1)[0])
-                        assert prom.label_values(var["name"], selector), var["name"]
-                for record in sorted(recorded_names(cfg)):
-                    prom.wait_for(record, timeout=30)
-                broken = [(r["name"], r.get("lastError")) for g in prom.rules()
-                          for r in g["rules"] if r["health"] == "err"]
-                assert not broken
-                assert prom.query(f'{names.REQUESTS_TOTAL}{{outcome="cancelled"}}')
-        finally:
-            traffic.stop()
-            server.stop()
-
-
-def load_generated(out: Path, uid: str) -> dict[str, Any]:
-    return json.loads((out / "dashboards" / f"{uid}.json").read_text(encoding="utf-8"))
-
-
-def _matching(prom: PrometheusServer, name: str, model: str) -> list[dict[str, Any]]:
-    return [a for a in prom.alerts()
-            if a["labels"]["alertname"] == name and a["labels"].get("model") == model]
-
-
-def _wait_for_alert(prom: PrometheusServer, name: str, model: str,
-                    timeout: float = 30.0) -> dict[str, Any]:
-    """The first pending or firing `name` alert of `model` (polled: rules run every second)."""
-    deadline = time.monotonic() + timeout
-    while not (found := _matching(prom, name, model)):
-        assert time.monotonic() < deadline, f"{name} of {model} neither pending nor firing"
-        time.sleep(0.5)
-    return found[0]

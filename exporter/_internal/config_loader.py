@@ -285,7 +285,10 @@ def _check(config: Config, e: _Report) -> None:
         e.check(not bounds, f"histograms.{key}", "must not be empty")
         e.check(bool(bounds) and (list(bounds) != sorted(set(bounds)) or bounds[0] <= 0),
                 f"histograms.{key}", "must be positive and strictly increasing")
-    if hist.seconds_buckets and hist.seconds_buckets[-1] > hist.max_seconds:
+    # The default layout reaches 3600 s; with a smaller max_seconds it is cut there
+    # (Config.seconds_buckets), so only buckets the user wrote can exceed it.
+    if hist.seconds_buckets and hist.seconds_buckets[-1] > hist.max_seconds and \
+            "histograms.seconds_buckets" in e.written:
         at = e.blame("histograms.seconds_buckets", "histograms.max_seconds")
         e.check(True, at, f"the largest bucket ({hist.seconds_buckets[-1]:g} s) exceeds "
                           f"histograms.max_seconds ({hist.max_seconds:g} s)",
@@ -329,9 +332,20 @@ def _check_slos(config: Config, e: _Report) -> None:
 
 
 def _check_alerting(al: AlertingConfig, e: _Report) -> None:
-    for key in ("runbook_url", "exporter_job"):
+    for key in ("exporter_job", "page_severity", "ticket_severity", "service"):
         e.check(not getattr(al, key), f"alerting.{key}", "must not be empty")
-    for key in ("window_scale", "regression_offset_seconds", "tenant_baseline_offset_seconds"):
+    e.check(not al.runbook_url.startswith(("http://", "https://")), "alerting.runbook_url",
+            "must be an absolute http(s) URL")
+    for i, label in enumerate(al.group_by):
+        e.check(not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label), f"alerting.group_by[{i}]",
+                f"not a label name: {_short(label)}")
+    e.check(any(c in al.selector for c in "{}"), "alerting.selector",
+            "label matchers only, without braces")
+    e.check(al.min_calls < 1, "alerting.min_calls", "must be at least 1")
+    e.check(al.slo_period_seconds < 86400, "alerting.slo_period_seconds",
+            "must be at least a day (86400)")
+    for key in ("window_scale", "regression_offset_seconds", "tenant_window_seconds",
+                "tenant_baseline_offset_seconds"):
         e.check(getattr(al, key) <= 0, f"alerting.{key}", "must be positive")
     e.check(al.regression_min_seconds < 0, "alerting.regression_min_seconds",
             "must not be negative")

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from .. import names, runtime
 from . import httpx_trace
+from .providers import genai_provider
 from .sdk_call import AsyncSdkCall, Endpoint, SdkCall
 from .tokens import async_tokens, sync_tokens
 
@@ -57,9 +58,10 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
     start = None
     if cell is not None and cell[0] is not None:
         start, cell[0] = cell[0], None  # one method entry, one call
+    provider = sdk.provider(client)
     call = (AsyncSdkCall if is_async else SdkCall)(
-        model if isinstance(model, str) and model else names.UNKNOWN, sdk.provider(client),
-        endpoint, start)
+        model if isinstance(model, str) and model else names.UNKNOWN, provider,
+        endpoint, start, genai_provider(provider, sdk.name))
     call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
         isinstance(body, dict) and body.get("stream"))
     return call

@@ -25,11 +25,15 @@ _GENAI_METRICS = otel.GenAIMetrics()
 class Call:
     """One tracked call. Methods are cheap and safe to call in any order, any number of times."""
 
-    __slots__ = ("timeline", "span", "span_attributes", "_state", "_in_flight", "_finished")
+    __slots__ = ("timeline", "span", "span_attributes", "genai_provider", "requested_model",
+                 "_state", "_in_flight", "_finished")
 
     def __init__(self, model: str, provider: str, route: str | None, tenant: str | None,
-                 start: int | None = None):
+                 start: int | None = None, genai_provider: str | None = None):
         labels = context.current()
+        #: `gen_ai.provider.name` (the SDK patch passes a well-known value or the SDK's API).
+        self.genai_provider = genai_provider or provider
+        self.requested_model = model
         self.timeline = t = CallTimeline(
             start=perf_counter_ns() if start is None else start, model=model, provider=provider,
             route=route if route is not None else labels.get("route", names.UNKNOWN),
@@ -37,13 +41,14 @@ class Call:
         self._state = state = runtime.state()
         self._in_flight = state.recorder.started(model, provider, t.route)
         self._finished = False
-        #: Extra span attributes a client knows (server.address, gen_ai.request.stream).
+        #: Extra attributes a client knows (server.address and .port, gen_ai.request.stream,
+        #: gen_ai.response.id and .finish_reasons).
         self.span_attributes: dict[str, Any] = {}
         #: The call's OpenTelemetry span (when the app traces); its trace id is the exemplar.
         self.span: otel.CallSpan | None = None
         if state.config.otel.traces and otel.tracing():
             try:
-                self.span = otel.CallSpan(t)
+                self.span = otel.CallSpan(t, provider=self.genai_provider)
             except Exception:  # the app's tracer provider failed: measure without a span
                 self.count_drop()
 
@@ -84,15 +89,27 @@ class Call:
         self.timeline.token(perf_counter_ns(), kind)
 
     def usage(self, input: int | None = None, output: int | None = None,
-              cached: int | None = None, model: str | None = None) -> None:
-        """Token counts from the provider's usage, and the response model when it differs."""
+              cached: int | None = None, model: str | None = None,
+              reasoning: int | None = None) -> None:
+        """Token counts from the provider's usage (`reasoning`: the output tokens spent on
+        reasoning), and the response model when it differs."""
         t = self.timeline
         for attr, value in (("input_tokens", input), ("output_tokens", output),
-                            ("cached_input_tokens", cached)):
+                            ("cached_input_tokens", cached),
+                            ("reasoning_output_tokens", reasoning)):
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 setattr(t, attr, value)
         if model:
             t.model = model
+
+    def response(self, id: str | None = None, finish_reason: str | None = None) -> None:
+        """The response's id and (once per choice) why the model stopped, for the span."""
+        if isinstance(id, str) and id:
+            self.span_attributes[names.ATTR_RESPONSE_ID] = id
+        if isinstance(finish_reason, str) and finish_reason:
+            reasons = self.span_attributes.setdefault(names.ATTR_FINISH_REASONS, [])
+            if len(reasons) < 16:
+                reasons.append(finish_reason)
 
     def abandon(self) -> None:
         """The caller stopped reading before the end of the response."""
@@ -115,7 +132,8 @@ class Call:
             if self.span is not None:
                 self.span.finish(t, derived, exc, self.span_attributes)
             if self._state.config.otel.metrics:
-                _GENAI_METRICS.record(t, derived)
+                _GENAI_METRICS.record(t, derived, self.genai_provider, self.requested_model,
+                                      self.span_attributes)
         except Exception:
             self.count_drop()
         finally:

@@ -44,8 +44,10 @@ def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
     """Every case but the common one (text in the first choice): tools, reasoning, n > 1."""
     found = None
     for choice in choices:
-        if call is not None and getattr(choice, "finish_reason", None):
+        reason = getattr(choice, "finish_reason", None)
+        if call is not None and reason:
             call.complete = True
+            call.response(finish_reason=reason)
         delta = getattr(choice, "delta", None)
         if delta is None:
             continue
@@ -68,11 +70,17 @@ def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
 
 
 def chat_usage(obj: Any, call: SdkCall) -> None:
-    """Usage and model of a ChatCompletion, the last chunk of a stream, or a JSON body."""
+    """Usage, model and id of a ChatCompletion, the last chunk of a stream, or a JSON body
+    (whose choices also say why each one stopped; a stream's were seen chunk by chunk)."""
     usage = field(obj, "usage")
     call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),
-                  cached=field(usage, "prompt_tokens_details", "cached_tokens"),
-                  model=field(obj, "model"))
+               cached=field(usage, "prompt_tokens_details", "cached_tokens"),
+               reasoning=field(usage, "completion_tokens_details", "reasoning_tokens"),
+               model=field(obj, "model"))
+    call.response(id=field(obj, "id"))
+    if not call.streaming:
+        for choice in field(obj, "choices") or ():
+            call.response(finish_reason=field(choice, "finish_reason"))
 
 
 # --- Responses ------------------------------------------------------------------------------------
@@ -110,10 +118,15 @@ def responses_final(last: Any, call: SdkCall) -> None:
 
 
 def responses_usage(obj: Any, call: SdkCall) -> None:
+    """Usage, model, id and end of a Response: its finish reason is why it is incomplete
+    (`max_output_tokens`, `content_filter`), else its status (`completed`, `failed`)."""
     usage = field(obj, "usage")
     call.usage(input=field(usage, "input_tokens"), output=field(usage, "output_tokens"),
-                  cached=field(usage, "input_tokens_details", "cached_tokens"),
-                  model=field(obj, "model"))
+               cached=field(usage, "input_tokens_details", "cached_tokens"),
+               reasoning=field(usage, "output_tokens_details", "reasoning_tokens"),
+               model=field(obj, "model"))
+    call.response(id=field(obj, "id"), finish_reason=field(
+        obj, "incomplete_details", "reason") or field(obj, "status"))
 
 
 ENDPOINTS = {
@@ -121,12 +134,13 @@ ENDPOINTS = {
     "/responses": Endpoint(responses_classify, responses_final, responses_usage, HOT_RESPONSES),
 }
 
-_CLASS_PROVIDERS = (("azure", "azure"),)
+_CLASS_PROVIDERS = (("azure", "azure.ai.openai"),)
 _providers: dict[tuple[type, str], str] = {}
 
 
 def provider(client: Any) -> str:
-    """azure for the Azure clients, else from the base URL host (api.openai.com -> openai)."""
+    """azure.ai.openai for the Azure clients, else from the base URL host (api.openai.com ->
+    openai)."""
     return client_provider(client, "openai", _CLASS_PROVIDERS, _providers)
 
 
