@@ -69,7 +69,8 @@ def drain(recorder: Recorder) -> Delta:
     return Delta(histograms=dict(taken.histograms), exemplars=taken.exemplars,
                  requests=dict(taken.requests), in_flight=dict(taken.in_flight),
                  tenant_folds=dict(taken.folds), label_folds=taken.label_folds,
-                 dropped=taken.drops)
+                 dropped=taken.drops, input_tokens=dict(taken.input_tokens),
+                 cached_tokens=dict(taken.cached_tokens), upstreams=dict(taken.upstreams))
 
 
 @dataclass

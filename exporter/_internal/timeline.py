@@ -43,6 +43,11 @@ class CallTimeline:
     reasoning_output_tokens: int | None = None
     outcome: str | None = None
     trace_id: str | None = None
+    #: The upstream the call reached: resolved "address:port", region header, the response's
+    #: system fingerprint (None where the client could not see it).
+    upstream_address: str | None = None
+    upstream_region: str | None = None
+    fingerprint: str | None = None
 
     def token(self, now: int, kind: str = names.CONTENT) -> None:
         """Note one token event at `now`: a stamp and a counter, nothing more."""

@@ -15,6 +15,8 @@ inflate it before any size check; the aggregator refuses one), and inflates to o
      "requests": [[model, outcome, provider, route, tenant, n], ...],
      "in_flight": [[model, provider, route, n], ...],       (current values, not increments)
      "tenant_folds": [[model, route, n], ...], "label_folds": {label: n},
+     "input_tokens": [[model, provider, route, tenant, n], ...], "cached_tokens": [...],
+     "upstreams": [[address, fingerprint, model, provider, region, n], ...],
      "dropped": {reason: n}, "lost_batches": n, "push_failures": n}
 
 Each series is four items of its family's flat list: a reference into `labels` (label tuples
@@ -30,6 +32,9 @@ the exact `sum` of the values, and for each `le` boundary that falls inside an H
 (`pos` into the boundaries) the number `n` of that bucket's values at or under the boundary
 (`straddles`). `exemplars` are the latest traced call per `le` bucket (position into the
 boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
+
+`input_tokens`, `cached_tokens` and `upstreams` (the per-tenant usage counters and the upstream
+identities) may be absent: releases before them did not send them.
 
 `decode()` validates every field before anything is applied, so a bad push changes nothing;
 `PushError.reason` names the aggregator's reject counter.
@@ -101,6 +106,11 @@ class Delta:
     #: model / route / provider / series -> calls whose label (set) folded into __other__
     label_folds: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    #: (model, provider, route, tenant) -> input tokens / cached input tokens (provider usage)
+    input_tokens: dict[tuple[str, ...], int] = field(default_factory=dict)
+    cached_tokens: dict[tuple[str, ...], int] = field(default_factory=dict)
+    #: (address, fingerprint, model, provider, region) -> calls that reached that upstream
+    upstreams: dict[tuple[str, ...], int] = field(default_factory=dict)
     lost_batches: int = 0
     push_failures: int = 0
 
@@ -117,7 +127,10 @@ class Delta:
         for mine_d, theirs_d in ((self.requests, later.requests),
                                  (self.tenant_folds, later.tenant_folds),
                                  (self.label_folds, later.label_folds),
-                                 (self.dropped, later.dropped)):
+                                 (self.dropped, later.dropped),
+                                 (self.input_tokens, later.input_tokens),
+                                 (self.cached_tokens, later.cached_tokens),
+                                 (self.upstreams, later.upstreams)):
             for row, n in theirs_d.items():
                 mine_d[row] = mine_d.get(row, 0) + n
         self.in_flight = dict(later.in_flight)
@@ -166,6 +179,9 @@ def payload(delta: Delta, layouts: dict[str, list[Any]]) -> dict[str, Any]:
         "tenant_folds": [[*k, n] for k, n in delta.tenant_folds.items() if n],
         "label_folds": {label: n for label, n in delta.label_folds.items() if n},
         "dropped": {r: n for r, n in delta.dropped.items() if n},
+        **{name: [[*k, n] for k, n in rows.items() if n] for name, rows in (
+            ("input_tokens", delta.input_tokens), ("cached_tokens", delta.cached_tokens),
+            ("upstreams", delta.upstreams))},
         "lost_batches": delta.lost_batches, "push_failures": delta.push_failures,
     }
 
@@ -291,6 +307,10 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
             raise PushError(MALFORMED, f"unknown outcome {key[1][:40]!r}")
     _rows(doc.get("in_flight"), "in_flight", 3, max_len, delta.in_flight)
     _rows(doc.get("tenant_folds"), "tenant_folds", 2, max_len, delta.tenant_folds)
+    for name, n_labels, into in (("input_tokens", 4, delta.input_tokens),
+                                 ("cached_tokens", 4, delta.cached_tokens),
+                                 ("upstreams", 5, delta.upstreams)):
+        _rows(doc.get(name, []), name, n_labels, max_len, into)
     _counts(doc.get("dropped"), "dropped", names.DROP_REASONS, delta.dropped)
     # (absent from the pushes of releases that did not cap model, route and provider)
     _counts(doc.get("label_folds", {}), "label_folds", names.LABEL_FOLDS, delta.label_folds)
@@ -304,7 +324,8 @@ def _bounded(doc: dict[str, Any], limit: int) -> None:
     histograms = doc.get("histograms")
     series = sum(len(flat) // 4 for flat in histograms.values() if flat.__class__ is list) \
         if histograms.__class__ is dict else 0
-    lists = {key: doc.get(key) for key in ("labels", "requests", "in_flight", "tenant_folds")}
+    lists = {key: doc.get(key) for key in ("labels", "requests", "in_flight", "tenant_folds",
+                                           "input_tokens", "cached_tokens", "upstreams")}
     for what, n in (("series", series), *((key, len(value)) for key, value in lists.items()
                                           if value.__class__ is list)):
         if n > limit:

@@ -102,6 +102,16 @@ class Call:
         if model:
             t.model = model
 
+    def upstream(self, address: str | None = None, region: str | None = None,
+                 fingerprint: str | None = None) -> None:
+        """Which upstream answered: the resolved "address:port", the region it names, the
+        response's system fingerprint (a change of any of them is a route change)."""
+        t = self.timeline
+        for attr, value in (("upstream_address", address), ("upstream_region", region),
+                            ("fingerprint", fingerprint)):
+            if isinstance(value, str) and value:
+                setattr(t, attr, value)
+
     def response(self, id: str | None = None, finish_reason: str | None = None) -> None:
         """The response's id and (once per choice) why the model stopped, for the span."""
         if isinstance(id, str) and id:

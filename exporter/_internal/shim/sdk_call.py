@@ -147,6 +147,7 @@ class SdkCall(Call):
                 if not isinstance(anchor, _RESPONSE_TYPES):
                     anchor = getattr(result, "http_response", None)
                 if anchor is not None:
+                    self.upstream(*httpx_trace.upstream_of(anchor))
                     fin = self.finalizer = weakref.finalize(anchor, _collected, self)
                     fin.atexit = False  # nothing to record while the interpreter exits
                 return
@@ -155,6 +156,8 @@ class SdkCall(Call):
             # so the headers stamp is dropped and only the network phases remain.
             t.headers = None
             raw = getattr(result, "http_response", None)
+            if raw is not None:  # (a parsed result keeps no response: no upstream address)
+                self.upstream(*httpx_trace.upstream_of(raw))
             if raw is None:
                 self.endpoint.body_usage(result, self)
                 t.first_token = t.first_answer_token = now
