@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import names
+from .cause_rules import cause_alerts, decision_records, signal_records
 from .config import AlertingConfig, Config
 from .promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
                      PERIOD_BUDGET_REMAINING, PERIOD_BURN_RATE, REGRESSION_WINDOW, SLI_WINDOWS,
@@ -100,6 +101,9 @@ def recording_rules(config: Config) -> list[dict[str, Any]]:
         # The period changes slowly and reads 30 days: every 5 minutes is enough.
         {"name": "ttft-exporter-records-budget", "interval": w(300), "rules": budgets},
         {"name": "ttft-exporter-records-latency", "rules": _latency_records(config, w)},
+        # Signals first, then the decision that reads them (a group runs in order).
+        {"name": "ttft-exporter-records-cause",
+         "rules": [*signal_records(config), *decision_records(config)]},
     ]
 
 
@@ -192,6 +196,7 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
         {"name": "ttft-exporter-alerts-slo", "rules": slo_alerts},
         {"name": "ttft-exporter-alerts-latency", "rules": _latency_alerts(config, w)},
         {"name": "ttft-exporter-alerts-self", "rules": _exporter_alerts(config, w)},
+        {"name": "ttft-exporter-alerts-cause", "rules": cause_alerts(config, _alert)},
     ]
 
 
