@@ -19,7 +19,7 @@ from .causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, NOISY_NEIGHBOUR, PREF
                      PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, UNKNOWN, Thresholds,
                      new_upstream_share)
 from .config import AlertingConfig, Config
-from .promql import by, duration, eq, is_native, kept, num, runbook_url, scope_matchers, selector
+from .promql import by, duration, eq, is_native, kept, num, scope_matchers, selector
 
 #: The recorded decision: one series per degraded (model, route), label `cause`.
 LIKELY_CAUSE = "model_route:llm_client_time_to_first_token_seconds:likely_cause"
@@ -48,13 +48,14 @@ def thresholds(al: AlertingConfig) -> Thresholds:
 def _name(key: str, window: str, offset: str = "") -> str:
     """Recording name of a signal: `level:metric:operation` with its nominal window."""
     s = SIGNALS_BY_KEY[key]
-    level = "model_route" + ("_tenant" if s.tenant else "") + ("_phase" if s.phase else "")
+    level = ("model" if s.per_model else "model_route") + ("_tenant" if s.tenant else "") + \
+        ("_phase" if s.phase else "")
     metric = s.family.name if s.family is not None else names.USAGE_CACHED_INPUT_TOKENS
     op = {"calls": "calls", "mean": "mean", "cached_share": "cached_share"}[s.kind]
     return f"{level}:{metric}:{op}{window}{f'_offset{offset}' if offset else ''}"
 
 
-class _Names:
+class SignalNames:
     """The nominal names of this config's signal recordings (now and baseline)."""
 
     def __init__(self, al: AlertingConfig):
@@ -77,7 +78,7 @@ def signal_records(config: Config) -> list[dict[str, Any]]:
     scale = al.window_scale
     window = duration(al.tenant_window_seconds * scale)
     offset = duration(al.tenant_baseline_offset_seconds * scale)
-    matchers, keep, n = scope_matchers(al), kept(al), _Names(al)
+    matchers, keep, n = scope_matchers(al), kept(al), SignalNames(al)
     out = []
     for key, signal in SIGNALS_BY_KEY.items():
         for name, shift in ((n.now(key), ""), (n.base(key), offset))[:1 if signal.tenant
@@ -96,7 +97,7 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
     (and, for a cold cache, one per cold tenant)."""
     al = config.alerting
     t = thresholds(al)
-    n, keep = _Names(al), kept(al)
+    n, keep = SignalNames(al), kept(al)
     mine = scope_matchers(al)[:1] if "job" in keep else []
     on = f"on ({by(keep)})"
 
@@ -164,7 +165,7 @@ def cause_alerts(config: Config, alert: Callable[..., dict[str, Any]]) -> list[d
     al = config.alerting
     keep = kept(al)
     mine = scope_matchers(al)[:1] if "job" in keep else []
-    n = _Names(al)
+    n = SignalNames(al)
     where = "model {{ $labels.model }} on route {{ $labels.route }}"
     out = []
     for cause in CAUSES:
@@ -172,8 +173,8 @@ def cause_alerts(config: Config, alert: Callable[..., dict[str, Any]]) -> list[d
             "LLMTTFTLikelyCause", "ticket", selector(LIKELY_CAUSE, [*mine, eq("cause", cause)]),
             duration(120 * al.window_scale), f"TTFT up on {where}: likely {cause}",
             f"{TOLD[cause]} Decided from the last {n.window} against the same window "
-            f"{n.offset} earlier (ttft-exporter diagnose gives the numbers).", config)
+            f"{n.offset} earlier (ttft-exporter diagnose gives the numbers; the runbook section "
+            f"{RUNBOOK[cause]!r} what to do).", config)
         rule["labels"]["cause"] = cause
-        rule["annotations"]["runbook_url"] = runbook_url(al, RUNBOOK[cause])
         out.append(rule)
     return out

@@ -43,7 +43,7 @@ RUNBOOK = {
     COLD_CACHE: "Incident: prompt cache gone cold after idling",
     NOISY_NEIGHBOUR: "Incident: noisy neighbour freezing every stream",
     ROUTE_CHANGE: "Incident: silent route change to a farther region",
-    UNKNOWN: "Why is TTFT up? (diagnose)",
+    UNKNOWN: "LLMTTFTLikelyCause",
 }
 
 #: The phases the decision reads.
