@@ -22,9 +22,9 @@ def why_row(q: Queries) -> list[tuple[core.Panel, int]]:
     model_only = [m for m in mr if not m.startswith(names.ROUTE)]
     vs = f"now ({n.window}) / {n.offset} ago"
 
-    def rise(key: str, *extra: str) -> str:
+    def rise(key: str, *extra: str, k: int = 10) -> str:
         now, base = (selector(name, [*mr, *extra]) for name in (n.now(key), n.base(key)))
-        return top(f"{now}\n/ ({base} > 0)")
+        return top(f"{now}\n/ ({base} > 0)", k)
 
     return [
         (Row(title="Why is TTFT up? (likely cause, and the signals that decide it)"), 24),
@@ -51,13 +51,13 @@ def why_row(q: Queries) -> list[tuple[core.Panel, int]]:
                     "batch.",
                     [target(rise("stall"), MR_LEGEND)], "x",
                     q.runbook(RUNBOOK["noisy_neighbour"])), 6),
-        (timeseries("Calls to a new upstream (share, top 10), connect phase "
-                    f"{vs}",
+        (timeseries("Calls to a new upstream (share), connect phase "
+                    f"{vs} (top 5 each)",
                     "Share of a model's calls that reached an address, region or fingerprint "
                     f"with no calls {n.offset} ago; and the connect phase's rise. Either: a "
                     "route change.",
-                    [target(top(selector(n.upstream, model_only)), "new upstream {{model}}"),
-                     target(rise("phase", eq(names.PHASE, CONNECT)),
+                    [target(top(selector(n.upstream, model_only), 5), "new upstream {{model}}"),
+                     target(rise("phase", eq(names.PHASE, CONNECT), k=5),
                             "connect " + MR_LEGEND)], "x",
                     q.runbook(RUNBOOK["route_change"])), 6),
     ]
