@@ -42,7 +42,8 @@ CONFIG = {
     "labels": {"tenant_families": [names.INPUT_TOKENS.name, names.CACHED_INPUT_TOKENS.name]},
     "alerting": {"window_scale": SCALE,
                  "tenant_window_seconds": 1200,  # 10 s: enough calls per tenant at 10 calls/s
-                 # 20 s back: the rules' baseline of each incident is (mostly) not an incident
+                 # 20 s back: the surge's baseline is the calm; on a back-to-back day the
+                 # later incidents' is the previous incident (see the alert's test)
                  "tenant_baseline_offset_seconds": 2400,
                  "regression_offset_seconds": 4800,  # 40 s: "last week" is before the change
                  "min_calls": 5},
