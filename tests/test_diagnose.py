@@ -24,7 +24,7 @@ import pytest
 
 from exporter._internal import config_loader, runtime
 from exporter._internal.cause_rules import LIKELY_CAUSE
-from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
+from exporter._internal.generate import RULE_FILES, generate
 from exporter._internal.server import start_http_server
 from exporter._internal.timeline import CallTimeline
 from tests.support.prometheus import PrometheusServer, require_prometheus
@@ -102,7 +102,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         for mode in ("classic", "native"):
             mode_cfg = config_loader.load({**CONFIG, "dashboards": {"histograms": mode}})
             generate(mode_cfg, out / mode)
-            rules = [out / mode / "alerts" / f for f in (RECORDING_FILE, ALERTING_FILE)]
+            rules = [out / mode / "alerts" / f for f in RULE_FILES]
             flags = ["--enable-feature=native-histograms"] if mode == "native" else []
             proms[mode] = PrometheusServer(SCRAPE.format(target=target), rule_files=rules,
                                            extra_flags=flags)

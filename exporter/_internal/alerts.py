@@ -101,9 +101,6 @@ def recording_rules(config: Config) -> list[dict[str, Any]]:
         # The period changes slowly and reads 30 days: every 5 minutes is enough.
         {"name": "ttft-exporter-records-budget", "interval": w(300), "rules": budgets},
         {"name": "ttft-exporter-records-latency", "rules": _latency_records(config, w)},
-        # Signals first, then the decision that reads them (a group runs in order).
-        {"name": "ttft-exporter-records-cause",
-         "rules": [*signal_records(config), *decision_records(config)]},
     ]
 
 
@@ -196,6 +193,19 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
         {"name": "ttft-exporter-alerts-slo", "rules": slo_alerts},
         {"name": "ttft-exporter-alerts-latency", "rules": _latency_alerts(config, w)},
         {"name": "ttft-exporter-alerts-self", "rules": _exporter_alerts(config, w)},
+    ]
+
+
+def cause_rules(config: Config) -> list[dict[str, Any]]:
+    """The likely-cause groups (cause_rules.py): the signals and the decision recorded, then
+    `LLMTTFTLikelyCause`. A rule file of their own (generate.CAUSE_FILE): they read only the
+    exporter's series and their own recordings, and Prometheus (promtool too) evaluates every
+    loaded group at every step, which the week-long unit tests of the other rules need not pay
+    for."""
+    return [
+        # Signals first, then the decision that reads them (a group runs in order).
+        {"name": "ttft-exporter-records-cause",
+         "rules": [*signal_records(config), *decision_records(config)]},
         {"name": "ttft-exporter-alerts-cause", "rules": cause_alerts(config, _alert)},
     ]
 
@@ -395,10 +405,16 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
     return rules
 
 
+def alert_groups(config: Config) -> list[dict[str, Any]]:
+    """Every alerting group, in every rule file: alerting_rules, then cause_rules' alerts."""
+    return [*alerting_rules(config),
+            *(group for group in cause_rules(config) if "alert" in group["rules"][0])]
+
+
 def alert_names(config: Config) -> list[str]:
     """Every alert name the rules define, in order (for docs and tests)."""
     out: list[str] = []
-    for group in alerting_rules(config):
+    for group in alert_groups(config):
         for rule in group["rules"]:
             if rule["alert"] not in out:
                 out.append(rule["alert"])
