@@ -88,7 +88,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 finally:
                     _CURRENT.reset(token)
             token = _CURRENT.set(call)
-            span_token = call.activate()
+            span_token = call.activate() if call.span is not None else None
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
             except BaseException as exc:
@@ -96,7 +96,8 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 raise
             finally:
                 _CURRENT.reset(token)
-                call.deactivate(span_token)
+                if call.span is not None:
+                    call.deactivate(span_token)
             call.returned(result, bool(kwargs.get("stream")))
             return result
         return request
@@ -118,7 +119,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             finally:
                 _CURRENT.reset(token)
         token = _CURRENT.set(call)
-        span_token = call.activate()
+        span_token = call.activate() if call.span is not None else None
         try:
             result = original(self, cast_to, options, *args, **kwargs)
         except BaseException as exc:
@@ -126,7 +127,8 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             raise
         finally:
             _CURRENT.reset(token)
-            call.deactivate(span_token)
+            if call.span is not None:
+                call.deactivate(span_token)
         call.returned(result, bool(kwargs.get("stream")))
         return result
     return request
