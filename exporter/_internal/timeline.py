@@ -133,18 +133,23 @@ def derive(t: CallTimeline) -> Derived:
     start = t.start
     end = t.end
     answer = t.first_answer_token
-    return Derived(
-        ttft=(first - start) // NS_PER_US if first is not None and start is not None
+    # Derived(ttft, first_answer, tpot, stall, duration, phases, gaps), built without the
+    # namedtuple's Python-level __new__
+    return _new_tuple(Derived, (
+        (first - start) // NS_PER_US if first is not None and start is not None
         and first >= start else None,
-        first_answer=(answer - start) // NS_PER_US if answer is not None
+        (answer - start) // NS_PER_US if answer is not None
         and start is not None and answer >= start else None,
-        tpot=tpot,
-        stall=max(gaps) if gaps else None,
-        duration=(end - start) // NS_PER_US if end is not None and start is not None
+        tpot,
+        max(gaps) if gaps else None,
+        (end - start) // NS_PER_US if end is not None and start is not None
         and end >= start else None,
-        phases=phases(t),
-        gaps=gaps,
-    )
+        phases(t),
+        gaps,
+    ))
+
+
+_new_tuple = tuple.__new__
 
 
 def outcome_of(exc: BaseException | None) -> str:
