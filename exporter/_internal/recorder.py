@@ -316,11 +316,22 @@ class Recorder:
                 series.fold(self._keep)
         if d.phases:
             state = self.families[names.PHASE_FAMILY.name]
+            has_tenant = state.has_tenant
+            all_series = state.series
             for phase, value in d.phases.items():
                 # label order (model, phase, provider, route[, tenant]) is the sorted order
-                values = (model, phase, provider, route, tenant) if state.has_tenant else \
+                values = (model, phase, provider, route, tenant) if has_tenant else \
                     (model, phase, provider, route)
-                observe(state, values, value, slice_id)
+                series = all_series.get(values)
+                if series is not None and value.__class__ is int and value >= 0 \
+                        and slice_id <= series.pending_slice:  # as above
+                    dirty.add(series)
+                    pending = series.pending
+                    pending.append(value)
+                    if len(pending) >= PENDING_MAX:
+                        series.fold(self._keep)
+                else:
+                    observe(state, values, value, slice_id)
 
     def _row(self, rows: dict, key: tuple[str, ...], overflow: tuple[str, ...],
              count: int = 1) -> tuple[str, ...]:
