@@ -478,6 +478,11 @@ def per_call(runs: int, calls: int) -> list[str]:
          str(warm)], capture_output=True, text=True, check=True,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     samples = json.loads(child.stdout)
+    try:
+        load = f" Load average when the run ended: {os.getloadavg()[0]:.1f} on " \
+               f"{os.cpu_count()} cores (other work on the machine slows every figure here)."
+    except OSError:
+        load = ""
     lines = [f"End to end, the figure judged against the goal (≤ {CALL_GOAL_US:.0f} µs added per "
              f"call): a real SDK client against a transport answering from memory that calls "
              f"the httpx `trace` extension as httpcore does on a reused connection "
@@ -488,7 +493,7 @@ def per_call(runs: int, calls: int) -> list[str]:
              f"ratio are taken round by round (patched minus, or over, unpatched of the same "
              f"round); median (min–max). CPU is the calling thread's CPU time (what the patch "
              f"makes the caller's thread do, steadier than wall time on a busy machine); the "
-             f"goal is judged on its median.", "",
+             f"goal is judged on its median.{load}", "",
              "| call | unpatched µs (wall) | patched µs (wall) | added µs (wall) | "
              "added µs (CPU) | ratio (CPU) | goal |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
