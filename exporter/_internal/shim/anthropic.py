@@ -48,6 +48,9 @@ def classify(event: Any, call: SdkCall) -> str | None:
         _note(call, field(message, "usage"), field(message, "model"))
     elif kind == "message_delta":
         _note(call, field(event, "usage"), None)
+        reason = field(event, "delta", "stop_reason")
+        if reason:
+            call.usage_seen["stop_reason"] = reason  # type: ignore[index]  (set by _note)
     elif kind == "message_stop":
         call.complete = True
     return None
@@ -75,6 +78,7 @@ def body_usage(message: Any, call: SdkCall) -> None:
     usage = field(message, "usage")
     seen = {name: field(usage, name) for name in _USAGE_FIELDS}
     seen["model"] = field(message, "model")
+    seen["stop_reason"] = field(message, "stop_reason")
     _record(call, seen)
 
 
@@ -84,7 +88,8 @@ def _record(call: SdkCall, seen: dict[str, Any]) -> None:
     if isinstance(parts[0], int):
         total = sum(p for p in parts if isinstance(p, int))
     call.usage(input=total, output=seen.get("output_tokens"),
-                  cached=seen.get("cache_read_input_tokens"), model=seen.get("model"))
+               cached=seen.get("cache_read_input_tokens"), model=seen.get("model"),
+               finish_reason=seen.get("stop_reason"))
 
 
 ENDPOINTS = {"/v1/messages": Endpoint(classify, final, body_usage, HOT_ANTHROPIC)}

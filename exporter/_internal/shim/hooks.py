@@ -35,6 +35,8 @@ _START: ContextVar[list | None] = ContextVar("ttft_exporter_start", default=None
 _CURRENT: ContextVar["SdkCall | None"] = ContextVar("ttft_exporter_current", default=None)
 #: Set by `uninstrument()`: hooks still installed (e.g. under a later patch) pass through.
 enabled = [False]
+#: Where a request body states its output limit (Chat, Responses, Anthropic Messages).
+_MAX_TOKENS_KEYS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
 class SDK:
@@ -60,8 +62,18 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
     call = (AsyncSdkCall if is_async else SdkCall)(
         model if isinstance(model, str) and model else names.UNKNOWN, sdk.provider(client),
         endpoint, start)
-    call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
-        isinstance(body, dict) and body.get("stream"))
+    if isinstance(body, dict):
+        call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(body.get("stream"))
+        for key in _MAX_TOKENS_KEYS:
+            limit = body.get(key)
+            if limit is not None:
+                call.max_tokens(limit)
+                break
+    else:
+        call.span_attributes[names.ATTR_REQUEST_STREAM] = False
+    task = call.task
+    if task is not None and task.sdk_timeout:
+        task.limit(options)
     return call
 
 

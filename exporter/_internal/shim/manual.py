@@ -17,7 +17,8 @@ from typing import Any, MutableMapping
 
 from .. import names, otel, runtime
 from ..timeline import CallTimeline, derive, outcome_of
-from . import context
+from . import context, deadline
+from .task import Task, current as current_task
 
 _GENAI_METRICS = otel.GenAIMetrics()
 
@@ -25,7 +26,8 @@ _GENAI_METRICS = otel.GenAIMetrics()
 class Call:
     """One tracked call. Methods are cheap and safe to call in any order, any number of times."""
 
-    __slots__ = ("timeline", "span", "span_attributes", "_state", "_in_flight", "_finished")
+    __slots__ = ("timeline", "span", "span_attributes", "task", "_state", "_in_flight",
+                 "_finished")
 
     def __init__(self, model: str, provider: str, route: str | None, tenant: str | None,
                  start: int | None = None):
@@ -37,6 +39,8 @@ class Call:
         self._state = state = runtime.state()
         self._in_flight = state.recorder.started(model, provider, t.route)
         self._finished = False
+        #: The agent task this call is a step of (shim/task.py), if any.
+        self.task: Task | None = current_task()
         #: Extra span attributes a client knows (server.address, gen_ai.request.stream).
         self.span_attributes: dict[str, Any] = {}
         #: The call's OpenTelemetry span (when the app traces); its trace id is the exemplar.
@@ -56,9 +60,15 @@ class Call:
             self.span.deactivate(token)
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
-        """Add the call's trace context (`traceparent`) to an outgoing request's headers."""
-        if self.span is not None and self._state.config.otel.propagate:
+        """Add the call's trace context (`traceparent`) and the deadline in force
+        (`ttft-deadline-ms`, deadline.py) to an outgoing request's headers."""
+        if not self._state.config.otel.propagate:
+            return
+        if self.span is not None:
             self.span.inject(headers)
+        found = deadline.current()
+        if found is not None:
+            headers[deadline.HEADER] = deadline.header_value(found)
 
     def dispatched(self) -> None:
         """The request left client-side queueing (pool wait, semaphore) for the connection."""
@@ -84,8 +94,10 @@ class Call:
         self.timeline.token(perf_counter_ns(), kind)
 
     def usage(self, input: int | None = None, output: int | None = None,
-              cached: int | None = None, model: str | None = None) -> None:
-        """Token counts from the provider's usage, and the response model when it differs."""
+              cached: int | None = None, model: str | None = None,
+              finish_reason: str | None = None) -> None:
+        """Token counts from the provider's usage, the response model when it differs, and
+        the provider's stop reason (`stop`, `length`, `end_turn`, `max_tokens`, ...)."""
         t = self.timeline
         for attr, value in (("input_tokens", input), ("output_tokens", output),
                             ("cached_input_tokens", cached)):
@@ -93,6 +105,13 @@ class Call:
                 setattr(t, attr, value)
         if model:
             t.model = model
+        if finish_reason and isinstance(finish_reason, str):
+            t.finish_reason = finish_reason
+
+    def max_tokens(self, limit: int) -> None:
+        """The request's max_tokens, for the headroom metrics (the SDK patch reads it)."""
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+            self.timeline.max_tokens = limit
 
     def abandon(self) -> None:
         """The caller stopped reading before the end of the response."""
@@ -116,6 +135,8 @@ class Call:
                 self.span.finish(t, derived, exc, self.span_attributes)
             if self._state.config.otel.metrics:
                 _GENAI_METRICS.record(t, derived)
+            if self.task is not None:
+                self.task.add_step(t, derived)
         except Exception:
             self.count_drop()
         finally:

@@ -44,8 +44,11 @@ def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
     """Every case but the common one (text in the first choice): tools, reasoning, n > 1."""
     found = None
     for choice in choices:
-        if call is not None and getattr(choice, "finish_reason", None):
+        reason = getattr(choice, "finish_reason", None)
+        if call is not None and reason:
             call.complete = True
+            if call.timeline.finish_reason is None:
+                call.timeline.finish_reason = reason
         delta = getattr(choice, "delta", None)
         if delta is None:
             continue
@@ -68,11 +71,14 @@ def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
 
 
 def chat_usage(obj: Any, call: SdkCall) -> None:
-    """Usage and model of a ChatCompletion, the last chunk of a stream, or a JSON body."""
+    """Usage, model and finish reason of a ChatCompletion, the last chunk of a stream, or a
+    JSON body."""
     usage = field(obj, "usage")
+    choices = field(obj, "choices")
     call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),
-                  cached=field(usage, "prompt_tokens_details", "cached_tokens"),
-                  model=field(obj, "model"))
+               cached=field(usage, "prompt_tokens_details", "cached_tokens"),
+               model=field(obj, "model"),
+               finish_reason=field(choices[0], "finish_reason") if choices else None)
 
 
 # --- Responses ------------------------------------------------------------------------------------
@@ -110,10 +116,14 @@ def responses_final(last: Any, call: SdkCall) -> None:
 
 
 def responses_usage(obj: Any, call: SdkCall) -> None:
+    """Usage, model and how the response ended: its status, or why it is incomplete."""
     usage = field(obj, "usage")
+    status = field(obj, "status")
+    if status == "incomplete":
+        status = field(obj, "incomplete_details", "reason") or status
     call.usage(input=field(usage, "input_tokens"), output=field(usage, "output_tokens"),
-                  cached=field(usage, "input_tokens_details", "cached_tokens"),
-                  model=field(obj, "model"))
+               cached=field(usage, "input_tokens_details", "cached_tokens"),
+               model=field(obj, "model"), finish_reason=status)
 
 
 ENDPOINTS = {
