@@ -12,6 +12,9 @@ the answer), `tool_call` (answer streamed as tool-call arguments when the reques
 `gap` (s between tokens), `stall_after` + `stall` (s added after that many tokens), `status`
 (answer with this HTTP error), `disconnect_after` (abort the TCP connection after that many
 tokens), `input_tokens`, `cached_tokens`. Token events count reasoning and answer together.
+A request's max_tokens (or max_completion_tokens, max_output_tokens) cuts any plan short, as a
+real provider stops at it; the OpenAI formats report the time from the request's arrival to
+the headers in `openai-processing-ms`.
 Unscripted requests take the tenant from `x-demo-tenant` and the prompt size from
 `x-demo-input-tokens` (default: prompt characters / 4).
 
@@ -33,7 +36,7 @@ from typing import Any, NoReturn
 from aiohttp import web
 
 from .. import http_thread
-from .latency import LatencyModel, LatencySimulator, Plan
+from .latency import LatencyModel, LatencySimulator, Plan, limited
 from .wire_formats import Call, ChatCompletions, Messages, Responses, WireFormat, token_events
 
 SCRIPT_HEADER = "x-demo-script"
@@ -139,9 +142,12 @@ class _State:
 
 
 _STATE = web.AppKey("demo_provider_state", _State)
+#: When the handler started on a request (time.monotonic()): the provider's processing clock.
+_RECEIVED = web.RequestKey("demo_provider_received", float)
 
 
 async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamResponse:
+    request[_RECEIVED] = time.monotonic()
     try:
         body = await request.json()
         model = body["model"]
@@ -153,12 +159,14 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
                         else max(1, _prompt_chars(body) // 4))
         scripted = _read_script(request.headers.get(SCRIPT_HEADER), input_tokens,
                                 tools=tool_name is not None)
+        max_tokens = wire.max_tokens(body)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         return _error_response(wire, 400, f"bad request: {exc!r}")
 
     def call(plan: Plan) -> Call:
         return Call(model=model, stream=bool(body.get("stream")),
-                    include_usage=wire.include_usage(body), tool_name=tool_name, plan=plan)
+                    include_usage=wire.include_usage(body), tool_name=tool_name,
+                    plan=limited(plan, max_tokens))
 
     if scripted is not None:
         return await _respond(request, wire, call(scripted), paused_until=lambda: 0.0)
@@ -187,6 +195,9 @@ async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: C
         return _error_response(wire_type, plan.status, f"scripted HTTP {plan.status}")
     wire = wire_type(call)
     headers = {wire.request_id_header: f"req_{wire.id}"}
+    if wire.processing_header:
+        spent = time.monotonic() - request[_RECEIVED]
+        headers[wire.processing_header] = str(round(spent * 1000))
     response: web.StreamResponse | None = None
     if call.stream:
         response = web.StreamResponse(headers={

@@ -7,6 +7,7 @@ import signal
 
 from .. import runtime
 from ..server import start_http_server
+from .agents import run_agents
 from .loadgen import LoadGenerator, LoadShape
 from .provider import ProviderServer
 from .table import TerminalTable
@@ -31,9 +32,10 @@ def run_demo(port: int = 9469, seconds: float = 0.0, config: str | None = None,
 
 async def _drive(base_url: str, seconds: float, shape: LoadShape) -> None:
     load = LoadGenerator(base_url, shape)
+    stop = asyncio.Event()  # the agent workload's (agents.py), set with the load's
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, load.stop)
+        loop.add_signal_handler(sig, lambda: (load.stop(), stop.set()))
     table = TerminalTable(runtime.state().recorder)
 
     async def report() -> None:
@@ -42,7 +44,10 @@ async def _drive(base_url: str, seconds: float, shape: LoadShape) -> None:
             print(f"\n{load.calls} calls, {load.errors} errors\n{table.render()}", flush=True)
 
     reporter = asyncio.create_task(report())
+    agents = asyncio.create_task(run_agents(base_url, stop))
     try:
         await load.run(seconds or None)
     finally:
+        stop.set()
+        await agents
         reporter.cancel()
