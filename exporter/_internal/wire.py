@@ -319,14 +319,19 @@ def _bounded(doc: dict[str, Any], limit: int) -> None:
     series = sum(len(flat) // 4 for flat in histograms.values() if flat.__class__ is list) \
         if histograms.__class__ is dict else 0
     counters = doc.get("counters")
-    rows = [(name, len(value)) for name, value in counters.items()
-            if value.__class__ is list] if counters.__class__ is dict else []
-    for what, n in (("series", series), ("label sets", len(doc.get("labels") or ())),
-                    *((key, len(doc.get(key) or ())) for key in
+    rows = [(name, _size(value)) for name, value in counters.items()] \
+        if counters.__class__ is dict else []
+    for what, n in (("series", series), ("label sets", _size(doc.get("labels"))),
+                    *((key, _size(doc.get(key))) for key in
                       ("requests", "in_flight", "tenant_folds")), *rows):
         if n > limit:
             raise PushError(names.REJECT_TOO_LARGE, f"{n} {what} in one push: more than "
                                                     f"labels.max_series ({limit})")
+
+
+def _size(value: Any) -> int:
+    """Items in a list (what a malformed value holds counts as none: refused later)."""
+    return len(value) if value.__class__ is list else 0
 
 
 def _closed(label_names: tuple[str, ...]) -> list[tuple[int, tuple[str, ...]]]:
