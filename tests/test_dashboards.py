@@ -33,7 +33,13 @@ from tests.support.prometheus import (PrometheusServer, grafana_expr, metric_nam
 from tests.test_alerts import recorded_names, served_metric_names
 
 ROOT = Path(__file__).resolve().parent.parent
-UIDS = ("ttft-overview", "ttft-phases", "ttft-tenants", "ttft-stream-health")
+#: The dashboards of LLM calls (the end-to-end test below feeds them), then agent tasks
+#: (tests/test_agent_tasks.py feeds that one).
+CALL_UIDS = ("ttft-overview", "ttft-phases", "ttft-tenants", "ttft-stream-health")
+UIDS = (*CALL_UIDS, "ttft-agent-tasks")
+#: Template variables after `datasource`, per dashboard.
+VARIABLES = {uid: ["model", "route", "tenant"] for uid in CALL_UIDS} | {
+    "ttft-agent-tasks": ["task", "model", "route"]}
 PANEL_TYPES = {"row", "timeseries", "stat", "heatmap", "bargauge"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -55,7 +61,7 @@ def board(request: pytest.FixtureRequest) -> dict[str, Any]:
     return load(request.param)
 
 
-def test_the_four_dashboards_have_stable_uids_and_are_marked_generated() -> None:
+def test_the_dashboards_have_stable_uids_and_are_marked_generated() -> None:
     assert sorted(p.stem for p in (ROOT / "dashboards").glob("*.json")) == sorted(UIDS)
     assert [spec.uid for spec in dashboards.SPECS] == list(UIDS)
     for uid in UIDS:
@@ -126,10 +132,10 @@ def test_heatmaps_use_the_current_panel_on_prometheus_buckets() -> None:
 
 def test_variables(board: dict[str, Any]) -> None:
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert list(variables) == ["datasource", "model", "route", "tenant"]
+    assert list(variables) == ["datasource", *VARIABLES[board["uid"]]]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for name in ("model", "route", "tenant"):
+    for name in VARIABLES[board["uid"]]:
         var = variables[name]
         assert var["type"] == "query" and var["datasource"] == DATASOURCE
         assert var["definition"].startswith("label_values(") and var["definition"].endswith(
@@ -139,9 +145,9 @@ def test_variables(board: dict[str, Any]) -> None:
 
 def test_panels_use_the_variables(board: dict[str, Any]) -> None:
     used = "\n".join(queries(board))
-    assert '=~"$model"' in used and '=~"$route"' in used
-    if board["uid"] != "ttft-phases":  # phases carry no tenant unless the config asks
-        assert '=~"$tenant"' in used
+    for name in VARIABLES[board["uid"]]:
+        if (board["uid"], name) != ("ttft-phases", "tenant"):  # no tenant unless configured
+            assert f'=~"${name}"' in used, name
 
 
 def test_dashboards_link_to_each_other() -> None:
@@ -333,7 +339,7 @@ def test_end_to_end_every_query_and_rule_has_data_and_the_noisy_neighbour_alerts
                 assert alert["labels"]["route"] == NOISY_ROUTE
                 assert alert["state"] in ("pending", "firing")
 
-                for uid in UIDS:
+                for uid in CALL_UIDS:
                     board = load_generated(tmp_path, uid)
                     for panel in panels(board):
                         for target_ in panel["targets"]:

@@ -376,3 +376,16 @@ def test_counter_rows_are_bounded_by_max_series() -> None:
         rec.record_task(summary(f"t{i}", deadline=names.DEADLINE_NONE))
     rows = rec.counters().counts[names.TASKS_TOTAL.name]
     assert len(rows) == 4 and rows[("none", "ok", names.OTHER_TENANT)] == 7
+
+
+def test_a_task_ending_under_the_recorders_lock_is_recorded_when_it_is_released() -> None:
+    """A task can end inside a garbage-collector finaliser on the thread holding the lock."""
+    rec = Recorder()
+    assert rec._acquire()
+    try:
+        rec.record_task(summary("deferred"))  # would deadlock if it waited for the lock
+        assert not rec.counts[names.TASKS_TOTAL.name]
+    finally:
+        rec._release()
+    assert rec.counts[names.TASKS_TOTAL.name] == {
+        (names.DEADLINE_EXCEEDED, names.OK, "deferred"): 1}

@@ -1,7 +1,8 @@
-"""The four Grafana dashboards: what each panel shows, and the panel builders.
+"""The four Grafana dashboards of LLM calls: what each panel shows, and the panel builders.
 
 Each dashboard answers one set of questions on-call asks (is the SLO met, where does the time
-go, is it one tenant or all, are streams healthy); the grafanalib classes that render them in
+go, is it one tenant or all, are streams healthy); the fifth, agent tasks, is built from the
+same panel builders in agent_dashboard.py. The grafanalib classes that render them in
 the current Grafana model are in grafana.py. Queries come from exporter.names and the PromQL
 builders of promql.py, which the rules use too, so a panel can never disagree with an alert.
 """
@@ -51,7 +52,11 @@ TENANTS = Spec("ttft-tenants", "LLM TTFT: tenants and noisy neighbours",
 STREAM = Spec("ttft-stream-health", "LLM TTFT: stream health",
               "Inter-token latency, stalls, time per output token, abandoned/cancelled/timed-out "
               "calls and the exporter's own health.")
-SPECS = (OVERVIEW, PHASES, TENANTS, STREAM)
+AGENTS = Spec("ttft-agent-tasks", "LLM agent tasks: where a task's time goes",
+               "Agent tasks: duration, steps, time by kind (queue, network, provider, tool, "
+               "guardrail, app), critical path vs summed time, waterfalls, deadline overruns "
+               "and orphan tokens, max_tokens headroom and truncations.")
+SPECS = (OVERVIEW, PHASES, TENANTS, STREAM, AGENTS)
 
 
 def target(expr: str, legend: str = "", *, instant: bool = False,
@@ -381,10 +386,10 @@ def stream_health(config: Config) -> list[core.Panel]:
 BUILDERS = {OVERVIEW: overview, PHASES: phases, TENANTS: tenants, STREAM: stream_health}
 
 
-def _variables() -> list[Variable]:
-    """datasource, then model, route and tenant, each narrowed by the ones before it."""
+def variables(*extra: Variable) -> list[Variable]:
+    """datasource, `extra`, then model, route and tenant, each narrowed by the ones before."""
     out = [Variable(name="datasource", label="Data source", query="prometheus",
-                    type="datasource")]
+                    type="datasource"), *extra]
     narrowing: list[str] = []
     for label in (names.MODEL, names.ROUTE, names.TENANT):
         query = f"label_values({selector(names.REQUESTS_TOTAL, narrowing)}, {label})"
@@ -393,19 +398,22 @@ def _variables() -> list[Variable]:
     return out
 
 
-def dashboard(spec: Spec, config: Config) -> Dashboard:
-    """One dashboard, linked to the three others (keeping time range and variables)."""
+def dashboard(spec: Spec, config: Config, panels: list[core.Panel] | None = None,
+              templating: list[Variable] | None = None) -> Dashboard:
+    """One dashboard (of BUILDERS unless `panels` are given), linked to the others (keeping
+    time range and variables)."""
     links = [core.DashboardLink(type="link", title=other.title, uri=f"/d/{other.uid}",
                                 icon="dashboard", includeVars=True, keepTime=True)
              for other in SPECS if other is not spec]
     return Dashboard(
         title=spec.title, uid=spec.uid, tags=TAGS, schemaVersion=SCHEMA_VERSION,
-        description=spec.purpose, panels=BUILDERS[spec](config), links=links, editable=True,
+        description=spec.purpose, panels=BUILDERS[spec](config) if panels is None else panels,
+        links=links, editable=True,
         refresh=config.alerting.dashboard_refresh, time=core.Time("now-3h", "now"),
         graphTooltip=core.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        templating=core.Templating(list=_variables()))
+        templating=core.Templating(list=templating or variables()))
 
 
 def dashboards(config: Config) -> dict[str, Dashboard]:
-    """Every dashboard by uid (the uid is also the file stem)."""
-    return {spec.uid: dashboard(spec, config) for spec in SPECS}
+    """The dashboards of BUILDERS by uid (the uid is also the file stem)."""
+    return {spec.uid: dashboard(spec, config) for spec in BUILDERS}

@@ -16,6 +16,7 @@ import yaml
 from grafanalib._gen import DashboardEncoder
 
 from . import alerts, dashboards
+from .agent_dashboard import agent_dashboard
 from .config import Config
 from .grafana import Dashboard
 
@@ -64,7 +65,8 @@ def generate(config: Config, out_dir: Path) -> list[Path]:
         Path("alerts", RECORDING_FILE): rules_yaml(alerts.recording_rules(config)),
         Path("alerts", ALERTING_FILE): rules_yaml(alerts.alerting_rules(config)),
     }
-    for uid, dashboard in dashboards.dashboards(config).items():
+    boards = {**dashboards.dashboards(config), dashboards.AGENTS.uid: agent_dashboard(config)}
+    for uid, dashboard in boards.items():
         files[Path("dashboards", f"{uid}.json")] = dashboard_json(dashboard)
     if (Path(out_dir) / CHART_FILES).parent.is_dir():
         files.update({CHART_FILES / relative: text for relative, text in list(files.items())})

@@ -155,9 +155,11 @@ class PrometheusServer:
             raise PrometheusError(f"GET {url}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; the result vector (or a one-element list for a scalar/string)."""
-        data = self._get("/api/v1/query", {"query": expr})
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query (now, or `at` in Unix seconds); the result vector (or a one-element
+        list for a scalar/string)."""
+        params = {"query": expr} if at is None else {"query": expr, "time": repr(at)}
+        data = self._get("/api/v1/query", params)
         if data["resultType"] in ("scalar", "string"):
             return [{"metric": {}, "value": data["result"]}]
         return data["result"]
@@ -224,4 +226,5 @@ def metric_names(expr: str) -> set[str]:
 def grafana_expr(expr: str, rate_interval: str = "10s", time_range: str = "1m") -> str:
     """A panel query as Grafana sends it with every template variable set to All."""
     return (expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
-            .replace("$model", ".*").replace("$route", ".*").replace("$tenant", ".*"))
+            .replace("$model", ".*").replace("$route", ".*").replace("$tenant", ".*")
+            .replace("$task", ".*"))
