@@ -179,7 +179,7 @@ def test_threads_join_the_task_with_its_context_or_its_object(
         pool.submit(lambda: t.tool("by-object").__enter__().__exit__(None, None, None)).result()
         asyncio.run(asyncio.to_thread(lookup))  # to_thread copies the context
     assert len(seen.pop().kinds) == 6
-    assert len([w for w in t.works if w.kind == TOOL]) == 3
+    assert [kind for kind, _, _ in t.works] == [TOOL] * 3
 
 
 def test_a_nested_task_records_itself_and_counts_in_the_outer_one(
