@@ -90,14 +90,17 @@ class Task:
             self.steps.append(tasks.step_of(t, d))
 
     def limit(self, options: Any) -> None:
-        """With `sdk_timeout`, cap an SDK request's timeout at the time left."""
+        """With `sdk_timeout`, cap an SDK request's timeout at the time left (never raises)."""
         if self.deadline is None:
             return
         left = max(MIN_TIMEOUT, (self.deadline - perf_counter_ns()) / 1e9)
-        timeout = getattr(options, "timeout", None)
-        if timeout.__class__ in (int, float) and timeout <= left:
-            return
-        options.timeout = left
+        try:
+            timeout = getattr(options, "timeout", None)
+            if timeout.__class__ in (int, float) and timeout <= left:
+                return
+            options.timeout = left
+        except Exception:  # options the SDK will not let us change: the call goes as it was
+            self._count_drop()
 
     def open(self, seconds: Any) -> None:
         """Start: the deadline in force, the span. Called by `task.__enter__`."""
