@@ -142,12 +142,10 @@ class _State:
 
 
 _STATE = web.AppKey("demo_provider_state", _State)
-#: When the handler started on a request (time.monotonic()): the provider's processing clock.
-_RECEIVED = web.RequestKey("demo_provider_received", float)
 
 
 async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamResponse:
-    request[_RECEIVED] = time.monotonic()
+    received = time.monotonic()
     try:
         body = await request.json()
         model = body["model"]
@@ -166,7 +164,7 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
     def call(plan: Plan) -> Call:
         return Call(model=model, stream=bool(body.get("stream")),
                     include_usage=wire.include_usage(body), tool_name=tool_name,
-                    plan=limited(plan, max_tokens))
+                    plan=limited(plan, max_tokens), received=received)
 
     if scripted is not None:
         return await _respond(request, wire, call(scripted), paused_until=lambda: 0.0)
@@ -196,7 +194,7 @@ async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: C
     wire = wire_type(call)
     headers = {wire.request_id_header: f"req_{wire.id}"}
     if wire.processing_header:
-        spent = time.monotonic() - request[_RECEIVED]
+        spent = time.monotonic() - call.received
         headers[wire.processing_header] = str(round(spent * 1000))
     response: web.StreamResponse | None = None
     if call.stream:

@@ -62,6 +62,8 @@ class Call:
     include_usage: bool
     tool_name: str | None
     plan: Plan
+    #: When the provider started on the request (time.monotonic()): its processing clock.
+    received: float = 0.0
 
 
 class WireFormat:
