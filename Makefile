@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench generate install prometheus clean
+.PHONY: demo test bench generate install prometheus proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,20 @@ bench: $(STAMP)
 
 generate: $(STAMP)
 	$(VENV)/bin/ttft-exporter generate
+
+# Regenerate exporter/_internal/proto/metrics_pb2.py from metrics.proto with protoc 26.1 (the
+# oldest protobuf runtime the package supports loads it), in a scratch venv: grpcio-tools is no
+# dependency of the project.
+PROTO_DIR := exporter/_internal/proto
+proto:
+	$(PYTHON) -m venv /tmp/ttft-protoc
+	/tmp/ttft-protoc/bin/pip install -q 'grpcio-tools==1.64.1'
+	rm -rf /tmp/ttft-protoc-out && mkdir /tmp/ttft-protoc-out
+	/tmp/ttft-protoc/bin/python -m grpc_tools.protoc \
+		--proto_path=io/prometheus/client/metrics.proto=$(PROTO_DIR)/metrics.proto \
+		--proto_path=$$(/tmp/ttft-protoc/bin/python -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto \
+		--python_out=/tmp/ttft-protoc-out io/prometheus/client/metrics.proto
+	cp /tmp/ttft-protoc-out/io/prometheus/client/metrics_pb2.py $(PROTO_DIR)/metrics_pb2.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,6 +16,7 @@ SECTIONS = [
     ("bench.accuracy", "Accuracy of the quantiles"),
     ("bench.shim_overhead", "SDK patch overhead (issue #3) and tracing (issue #6)"),
     ("bench.push", "Multi-process push and aggregator (issue #5)"),
+    ("bench.native", "Native histograms over protobuf (issue #13)"),
     ("bench.tasks", "Agent tasks: tool, guardrail and task cost (issue #15)"),
 ]
 

@@ -15,6 +15,7 @@ import numpy as np
 from exporter._internal.config import Config
 from exporter._internal.histogram import Histogram, Layout, quantiles_of
 from exporter._internal.names import US_PER_SECOND
+from exporter._internal.native import ZERO_THRESHOLD, NativeBuckets
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 
@@ -42,6 +43,36 @@ def histogram_quantile(q: float, bounds: list[float], cumulative: list[int]) -> 
             below = cumulative[i - 1] if i else 0
             return lower + (bounds[i] - lower) * (rank - below) / (c - below)
     return bounds[-1]
+
+
+def native_buckets(nb: NativeBuckets) -> list[tuple[float, float, int]]:
+    """(lower, upper, count) of every populated bucket, zero bucket first, from spans/deltas."""
+    out = [(0.0, ZERO_THRESHOLD, nb.zero_count)] if nb.zero_count else []
+    deltas = iter(nb.deltas)
+    index: int | None = None
+    count = 0
+    width = 2.0 ** -nb.schema
+    for offset, length in nb.spans:
+        index = offset if index is None else index + offset
+        for _ in range(length):
+            count += next(deltas)
+            if count:
+                out.append((2 ** ((index - 1) * width), 2 ** (index * width), count))
+            index += 1
+    return out
+
+
+def native_histogram_quantile(q: float, nb: NativeBuckets) -> float:
+    """Prometheus 2.42's histogram_quantile over native buckets: linear interpolation inside
+    the bucket holding rank q·count (the zero bucket's lower bound is 0)."""
+    buckets = native_buckets(nb)
+    rank = q * sum(c for _, _, c in buckets)
+    seen = 0
+    for lower, upper, count in buckets:
+        seen += count
+        if seen >= rank:
+            return lower + (upper - lower) * (rank - (seen - count)) / count
+    return buckets[-1][1]
 
 
 def run(quick: bool) -> list[str]:

@@ -43,14 +43,22 @@ def _serve(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ._internal.demo.run import run_demo
 
-    return run_demo(port=args.port, seconds=args.seconds, config=args.config)
+    return run_demo(port=args.port, seconds=args.seconds, config=args.config,
+                    incidents=not args.no_incidents, calm_seconds=args.calm_seconds,
+                    phase_seconds=args.phase_seconds)
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from ._internal.generate import generate
+    import yaml
 
-    config = load(args.config)
-    for path in generate(config, Path(args.out)):
+    from ._internal.generate import generate, generate_defaults
+
+    if args.config is None:  # the defaults in both modes: what the repository commits
+        written = generate_defaults(Path(args.out))
+    else:  # the file as written goes with the chart's copies (generated-config.yaml)
+        source = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
+        written = generate(load(args.config), Path(args.out), source or {})
+    for path in written:
         print(path)
     return 0
 
@@ -80,9 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
     p.add_argument("--port", type=_port, default=9469, help="exporter port (default 9469)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
+    p.add_argument("--no-incidents", action="store_true",
+                   help="stay calm: do not play the incident day")
+    p.add_argument("--calm-seconds", type=float, default=120.0,
+                   help="calm before the first incident and after the last (default 120)")
+    p.add_argument("--phase-seconds", type=float, default=180.0,
+                   help="length of each of the four incidents (default 180)")
     p.set_defaults(func=_demo)
     p = sub.add_parser("generate", help="write dashboards/ and alerts/ from the config")
-    p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
+    p.add_argument("--config", help="ttft-exporter.yaml (without it: the defaults, classic "
+                                    "histograms at the top and native ones under native/)")
     p.add_argument("--out", default=".", help="directory holding dashboards/ and alerts/")
     p.set_defaults(func=_generate)
     p = sub.add_parser("check-config", help="validate a config file; exit 2 on any error")

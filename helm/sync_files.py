@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHART_FILES = ROOT / "helm" / "ttft-exporter" / "files"
 #: (source directory, pattern) -> copied to CHART_FILES / <source directory name>
-SOURCES = (("alerts", "*.yaml"), ("dashboards", "*.json"))
+SOURCES = (("alerts", "*.yaml"), ("dashboards", "*.json"), ("alerts/native", "*.yaml"),
+           ("dashboards/native", "*.json"))
 
 
 def pairs() -> list[tuple[Path, Path]]:

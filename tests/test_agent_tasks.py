@@ -10,10 +10,14 @@ total of 12 scripted steps to ±10 ms a step."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import json
+import math
 import re
 import statistics
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import anthropic
@@ -24,6 +28,7 @@ from aiohttp import web
 import exporter
 import exporter.integrations
 from exporter._internal import config_loader, names, runtime
+from exporter._internal.config import DashboardsConfig
 from exporter._internal.demo.agents import EXTRACT_MAX_TOKENS, ROUTE, Agents, Timing
 from exporter._internal.demo.provider import create_app
 from exporter._internal.demo.relay import UP, Relay, RelayThread
@@ -32,10 +37,14 @@ from exporter._internal.http_thread import HttpThread
 from exporter._internal.shim.task import Task
 from exporter._internal.tasks import step_of
 from exporter._internal.timeline import derive
+from exporter._internal.panels import TOP
+from tests import test_shim_support as support
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
-from tests.test_dashboards import SCRAPE, load_generated, panels
-from tests.test_shim_support import (Recorded, assert_near, instrumented,  # noqa: F401
-                                     recorded, script, server)
+from tests.test_dashboards import AGENTS_UID, panels
+from tests.test_shim_support import Recorded, assert_near, script
+
+# The demo provider, and the SDKs instrumented against a fresh recorder (shared fixtures).
+server, recorded, instrumented = support.server, support.recorded, support.instrumented
 
 MESSAGES = [{"role": "user", "content": "next step"}]
 
@@ -199,38 +208,63 @@ def run_report(base_url: str) -> Task:
         gc.enable()
 
 
+SCRAPE = """
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: {job}
+    static_configs:
+      - targets: ["{target}"]
+"""
+#: Both histogram modes (dashboards.histograms): Prometheus flags, and where their files go.
+MODES = {"classic": [], "native": ["--enable-feature=native-histograms"]}
+
+
 def test_a_12_step_task_on_metrics_and_on_the_agent_dashboard(server, instrumented,
                                                               tmp_path: Path) -> None:
+    """One exporter, scraped by two real Prometheus servers side by side: one storing classic
+    histograms and running the classic rules and dashboard, one storing native histograms
+    (protobuf) and running the native ones."""
     require_prometheus()
-    cfg = config_loader.load({"alerting": {"window_scale": 1 / 60}})
+    source = {"alerting": {"window_scale": 1 / 60}}
+    cfg = config_loader.load(source)
     runtime.configure(cfg)
     recorded = Recorded()  # this config's recorder
-    generate(cfg, tmp_path)
-    rules = [tmp_path / "alerts" / name for name in (RECORDING_FILE, ALERTING_FILE)]
+    for mode in MODES:
+        generate(replace(cfg, dashboards=DashboardsConfig(histograms=mode)), tmp_path / mode)
     exporter_server = exporter.start_http_server(port=0)
     near_relay = RelayThread(port_of(server), 0.0, log=True)
     far_relay = RelayThread(port_of(server), ONE_WAY, log=True)
     try:
         target = exporter_server.url.split("//", 1)[1].split("/", 1)[0]
         scrape = SCRAPE.format(job=cfg.alerting.exporter_job, target=target)
-        with near_relay, far_relay, PrometheusServer(scrape, rule_files=rules) as prom:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(near_relay)
+            stack.enter_context(far_relay)
+            proms = {mode: stack.enter_context(PrometheusServer(
+                scrape, extra_flags=flags, rule_files=[tmp_path / mode / "alerts" / name for
+                                                       name in (RECORDING_FILE, ALERTING_FILE)]))
+                for mode, flags in MODES.items()}
             transport = relay_transport(near_relay, recorded)
             # A first run: the series exist before the measured one (a rate needs two samples)
             # with values like its own, so Prometheus extrapolates every series alike and a
             # panel's ratios of rates are exact.
             run_report(far_relay.base_url)
             recorded.all()
-            first = scraped_with(prom, 1)
+            first = {mode: scraped_with(prom, 1) for mode, prom in proms.items()}
             before = samples(exporter_server.url)
             task = run_report(far_relay.base_url)  # one region away
             after = samples(exporter_server.url)
             steps = recorded.all()
             held = sum(held_per_exchange(far_relay.relay)[-12:])  # the measured run's calls
             check_metrics(before, after, steps, task, held + 12 * transport)
-            check_dashboard(prom, tmp_path, before, after, first, scraped_with(prom, 2))
-            broken = [(r["name"], r.get("lastError")) for g in prom.rules()
-                      for r in g["rules"] if r["health"] == "err"]
-            assert not broken
+            for mode, prom in proms.items():
+                check_dashboard(prom, tmp_path / mode, before, after, first[mode],
+                                scraped_with(prom, 2), mode)
+                broken = [(r["name"], r.get("lastError")) for g in prom.rules()
+                          for r in g["rules"] if r["health"] == "err"]
+                assert not broken, mode
     finally:
         exporter_server.stop()
 
@@ -309,13 +343,16 @@ def scraped_with(prom: PrometheusServer, runs: int) -> float:
 
 
 def check_dashboard(prom: PrometheusServer, out: Path, before: dict, after: dict,
-                    first: float, second: float) -> None:
+                    first: float, second: float, mode: str) -> None:
     """Every panel of the agent dashboard, on Prometheus, shows the measured run's figures.
 
     Evaluated at the scrape that saw it end, over a window reaching back to the scrape that saw
     the first run end and no further: the rates are the measured run's alone, and per-task
-    means and shares, ratios of rates, are exact (every series is extrapolated alike)."""
+    means and shares, ratios of rates, are exact (every series is extrapolated alike). Over
+    the whole test, as the incident day checks the other dashboards: no NaN, no negative
+    time or share, never more than ten series at once."""
     window = f"{round((second - first) * 1000) + 500}ms"
+
     def measured(name: str, **labels: str) -> float:
         return delta(before, after, name, **labels)
 
@@ -330,35 +367,59 @@ def check_dashboard(prom: PrometheusServer, out: Path, before: dict, after: dict
         "Critical path vs summed time": [sum(kinds.values()) - kinds[names.KIND_APP],
                                          measured(names.TASK_CRITICAL_PATH.name + "_sum",
                                                   task=TASK), duration],
-        "Waterfall candidates per task": [5],
+        "Waterfall candidates per task (top 10)": [5],
         "Orphan tokens and late calls per task": [
             measured(names.TASK_ORPHAN_TOKENS.name, task=TASK),
             measured(names.TASK_LATE_CALLS.name, task=TASK)],
-        "Tasks over their deadline": [1.0],
-        "max_tokens requested vs output tokens": [max_tokens, output],
-        "Truncation rate": [5 / 12],
+        "Tasks over their deadline (top 10)": [1.0],
+        "max_tokens requested vs output tokens (top 5)": [max_tokens, output],
+        "Truncation rate (top 10)": [5 / 12],
     }
-    board = load_generated(out, "ttft-agent-tasks")
+    board = json.loads((out / "dashboards" / f"{AGENTS_UID}.json").read_text(encoding="utf-8"))
+    for var in board["templating"]["list"][1:]:
+        selector = var["definition"].removeprefix("label_values(").rsplit(",", 1)[0]
+        assert prom.label_values(var["name"], grafana_expr(selector)), (mode, var["name"])
     for panel in panels(board):
+        title = panel["title"]
         values = []
         for target in panel["targets"]:
             result = prom.query(grafana_expr(target["expr"], rate_interval=window), at=second)
             mine = [r for r in result if r["metric"].get("task", TASK) == TASK
                     and r["metric"].get("route", ROUTE) == ROUTE]
-            assert mine, (panel["title"], target["expr"])
-            if panel["title"] == "Time per task by kind":
+            assert mine, (mode, title, target["expr"])
+            if title == "Time per task by kind":
                 values.append({r["metric"]["kind"]: float(r["value"][1]) for r in mine})
             else:
                 values.append(float(mine[0]["value"][1]))
-        title = panel["title"]
-        if title == "Task duration p50 / p99":  # bucket interpolation: within the bucket
-            assert all(0.5 * duration <= v <= 1.5 * duration for v in values), values
+        sane(prom, panel, window, second - 3, second, mode)  # ends at `second`
+        if title.startswith("Task duration p"):  # bucket interpolation: within the bucket
+            assert all(0.5 * duration <= v <= 1.5 * duration for v in values), (mode, values)
             continue
         want = expected.pop(title)
         if title == "Steps per task":
-            assert values[0] == pytest.approx(12) and 10 <= values[1] <= 12
+            # the p99 interpolates in a bucket: classic `le` 12, or a native one 2.2 % wide
+            top = 12 * (1.03 if mode == "native" else 1)
+            assert values[0] == pytest.approx(12) and 10 <= values[1] <= top, (mode, values)
         elif title == "Time per task by kind":
-            assert values[0] == pytest.approx(want, rel=1e-6)
+            assert values[0] == pytest.approx(want, rel=1e-6), mode
         else:
-            assert values == pytest.approx(want, rel=1e-6), title
-    assert not expected, f"panels not found: {sorted(expected)}"
+            assert values == pytest.approx(want, rel=1e-6), (mode, title)
+    assert not expected, f"{mode}: panels not found: {sorted(expected)}"
+
+
+def sane(prom: PrometheusServer, panel: dict, window: str, start: float, end: float,
+         mode: str) -> None:
+    """A panel's queries over a time range, every second: no NaN, at most TOP series at any
+    step, and no negative value where the unit is a time or a share."""
+    per_step: dict[float, int] = {}
+    unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+    for target in panel["targets"]:
+        for series in prom.query_range(grafana_expr(target["expr"], rate_interval=window),
+                                       start, end, 1.0):
+            for at, raw in series["values"]:
+                v = float(raw)
+                assert not math.isnan(v), (mode, panel["title"], at)
+                if unit in ("s", "percentunit"):
+                    assert v >= 0, (mode, panel["title"], v)
+                per_step[float(at)] = per_step.get(float(at), 0) + 1
+    assert per_step and max(per_step.values()) <= TOP, (mode, panel["title"])

@@ -51,18 +51,23 @@ def test_serve_with_a_bad_config_exits_2(tmp_path):
     assert "Traceback" not in run.stderr
 
 
-def test_demo_prints_the_metrics_url_and_a_live_table():
+def test_demo_prints_the_metrics_url_a_live_table_with_its_windows_and_a_summary():
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([*CLI, "demo", "--port", "0", "--seconds", "12"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        match, _ = read_until(proc, r"metrics:\s+(http://\S+/metrics)", 15)
+        match, seen = read_until(proc, r"metrics:\s+(http://\S+/metrics)", 15)
         url = match.group(1)
-        _, seen = read_until(proc, r"^slowest tenants by TTFT p99: tenant-", 20)
-        table = "".join(seen)
+        _, more = read_until(proc, r"^slowest tenants by TTFT p99 \(last 60 s\): tenant-", 20)
+        table = "".join(seen + more)
+        assert "incident day:" in table  # the schedule is printed first
+        assert re.search(r"^TTFT and stall quantiles: last 60 s \(the exporter's sliding "
+                         r"window\); req/s: last \d+ s$", table, re.M), table
         assert re.search(r"^llama-3-8b\s+chat\s+\d+\.\d\ds", table, re.M), table
         assert b"llm_client_time_to_first_token_seconds_bucket" in \
             urllib.request.urlopen(url).read()
+        match, _ = read_until(proc, r"^summary of the whole run \(0\.\d min\): (\d+) calls", 30)
+        assert int(match.group(1)) > 50  # ~10 calls/s for 12 s
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()

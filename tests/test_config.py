@@ -66,10 +66,12 @@ def test_a_duplicated_override_is_an_error():
 
 
 def test_a_conflict_is_reported_at_the_key_the_user_wrote():
-    # buckets were not written: the default 120 s bucket exceeds the max_seconds written
-    errors = errors_of({"histograms": {"max_seconds": 60}})
-    assert [p for p, _ in errors] == ["histograms.max_seconds"]
+    # buckets written above a written max_seconds: both written, the buckets are blamed
+    errors = errors_of({"histograms": {"max_seconds": 60, "seconds_buckets": [1, 120]}})
+    assert [p for p, _ in errors] == ["histograms.seconds_buckets"]
     assert "largest bucket (120 s)" in errors[0][1]
+    # buckets not written: the default layout (to 3600 s) is cut at the max_seconds written
+    assert config_loader.load({"histograms": {"max_seconds": 60}}).seconds_buckets()[-1] == 60
     # a default threshold (10 s first-answer objective) above a written max_seconds
     assert "histograms.max_seconds" in paths_of(
         {"histograms": {"max_seconds": 5, "seconds_buckets": [1, 2]}})

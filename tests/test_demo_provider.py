@@ -403,7 +403,7 @@ async def test_prompt_cache_is_per_tenant_and_goes_cold_when_idle():
 async def test_noisy_neighbour_stalls_every_stream_of_its_model():
     # The noisy tenant's 40k-token prefill takes 0.4 s and pauses the batch of model "m".
     model = _model(prefill_tokens_per_s=100_000, decode_tokens_per_s=50, output_tokens=(30, 30),
-                   noisy_probability=1.0, noisy_input_tokens=40_000)
+                   noisy_probability=1.0, noisy_input_tokens=40_000, batch_block_tokens=32_000)
     provider = await run_provider(model=model)
     try:
         async with openai.AsyncOpenAI(api_key="test", base_url=provider.base_url + "/v1",

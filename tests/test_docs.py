@@ -17,6 +17,7 @@ def defined_names() -> set[str]:
             names.SELF_SCRAPE_DURATION, names.SELF_HTTP_CLOSED}
     out |= set(names.AGGREGATOR_SELF_METRICS)
     out |= {counter.name for counter in names.COUNTERS}
+    out |= {names.slo_calls_name(f) for f in names.SLO_FAMILIES.values()}
     return out
 
 

@@ -1,10 +1,14 @@
 """The Helm chart renders with a real Helm engine, lints clean, validates offline against the
-Kubernetes 1.30 schemas, and carries exactly the committed alerts/ and dashboards/."""
+Kubernetes 1.30 schemas, and carries exactly the committed alerts/ and dashboards/ (with the
+release's job in the rules). The Prometheus Operator resources exist only where the cluster
+has their CRDs: renders pass the API versions a cluster would have (Helm's --api-versions)."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,6 +16,7 @@ import pytest
 import yaml
 
 from exporter._internal.config_loader import load
+from exporter._internal.generate import generate
 from tests.support import require_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,6 +26,9 @@ KUBE_VERSION = "1.30.0"
 CORE_KINDS = {"ConfigMap", "Secret", "Service", "ServiceAccount", "Deployment",
               "PersistentVolumeClaim"}
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+#: What `--api-versions` (or a cluster with the Prometheus Operator) gives Helm.
+OPERATOR_APIS = ["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor",
+                 "monitoring.coreos.com/v1/PrometheusRule"]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +41,23 @@ def chart(helm):
     return helm.Chart.load(str(CHART))
 
 
-def render(chart, values: dict, name: str = "llm", namespace: str = "obs") -> list[dict]:
-    out = chart.render(values, name=name, namespace=namespace)
+def render_raw(chart, values: dict, name: str = "llm", namespace: str = "obs",
+               api_versions: list[str] | None = None) -> dict[str, str]:
+    """Template path -> text, rendered by Helm with these extra API versions available.
+
+    helm-python-sdk's `Chart.render` has no `api_versions` argument; its native render takes
+    the option (Helm's --api-versions), so it is called directly."""
+    if not api_versions:
+        return chart.render(values, name=name, namespace=namespace)
+    native = importlib.import_module("helm_python._native")
+    options = {"name": name, "namespace": namespace, "api_versions": api_versions}
+    return json.loads(native.call_string("helm_render", chart._raw(), json.dumps(values),
+                                         json.dumps(options)))
+
+
+def render(chart, values: dict, name: str = "llm", namespace: str = "obs",
+           api_versions: list[str] | None = OPERATOR_APIS) -> list[dict]:
+    out = render_raw(chart, values, name, namespace, api_versions)
     docs = []
     for template, text in sorted(out.items()):
         if template.endswith("NOTES.txt"):
@@ -114,28 +137,125 @@ def check_crd(doc: dict) -> None:
                 assert ("alert" in rule) != ("record" in rule) and rule["expr"]
 
 
-def test_prometheus_rules_carry_exactly_the_committed_alerts(chart):
-    docs = render(chart, {})
+#: `histograms` value -> directory of the committed rules and dashboards it installs.
+MODES = {"classic": "", "native": "native/"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_prometheus_rules_carry_exactly_the_committed_alerts_with_the_release_job(chart, mode):
+    values = {"histograms": mode}
+    docs = render(chart, values)
     rules = {d["metadata"]["annotations"]["ttft-exporter/source"]: d
              for d in by_kind(docs, "PrometheusRule")}
-    sources = sorted((ROOT / "alerts").glob("*.yaml"))
-    assert sorted(rules) == [f"alerts/{p.name}" for p in sources]
-    raw = chart.render({}, name="llm", namespace="obs")[
+    sources = sorted((ROOT / "alerts" / MODES[mode]).glob("*.yaml"))
+    assert sorted(rules) == [f"alerts/{MODES[mode]}{p.name}" for p in sources]
+    raw = render_raw(chart, values, api_versions=OPERATOR_APIS)[
         "ttft-exporter/templates/prometheusrule.yaml"]
     for path in sources:
-        text = path.read_text()
-        assert rules[f"alerts/{path.name}"]["spec"] == yaml.safe_load(text)
+        text = path.read_text().replace('job=~"ttft-exporter"', 'job=~"llm-ttft-exporter"')
+        assert 'job=~"ttft-exporter"' in path.read_text()
+        assert rules[f"alerts/{MODES[mode]}{path.name}"]["spec"] == yaml.safe_load(text)
         # verbatim, indented under spec: Helm did not touch {{ $labels... }} or anything else
         assert "\n".join("  " + line if line else line
                          for line in text.rstrip("\n").split("\n")) in raw
     assert "{{ $labels.model }}" in raw
 
 
-def test_dashboard_configmaps_carry_exactly_the_committed_dashboards(chart):
-    docs = render(chart, {})
+def scrape_job(docs: list[dict]) -> str:
+    """The `job` Prometheus gives the exporter's target: the ServiceMonitor's jobLabel read on
+    the Service it selects (the Prometheus Operator's rule)."""
+    monitor, = by_kind(docs, "ServiceMonitor")
+    service, = [s for s in by_kind(docs, "Service") if all(
+        s["spec"]["selector"].get(k) == v for k, v in
+        monitor["spec"]["selector"]["matchLabels"].items())]
+    return service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+
+
+@pytest.mark.parametrize("values_file", CI_VALUES, ids=lambda p: p.name)
+def test_every_rule_selects_the_job_the_service_monitor_gives(chart, values_file):
+    values = values_of(values_file)
+    values = {**values, "serviceMonitor": {**values.get("serviceMonitor", {}),
+                                           "enabled": True},
+              "prometheusRule": {**values.get("prometheusRule", {}), "enabled": True}}
+    for name in ("llm", "ttft-exporter"):
+        docs = render(chart, values, name=name)
+        job = scrape_job(docs)
+        matchers = [m for d in by_kind(docs, "PrometheusRule") for g in d["spec"]["groups"]
+                    for r in g["rules"] for m in re.findall(r'job=~"([^"]*)"', r["expr"])]
+        assert matchers, values_file.name
+        assert all(re.fullmatch(m, job) for m in matchers), (job, set(matchers))
+        config = yaml.safe_load(next(d for d in by_kind(docs, "ConfigMap") if
+                                     "ttft-exporter.yaml" in d.get("data", {}))
+                                ["data"]["ttft-exporter.yaml"])
+        assert config["alerting"]["exporter_job"] == job
+    assert job == values["serviceMonitor"].get("job") or job.endswith("ttft-exporter")
+
+
+def test_operator_resources_need_their_crds(chart):
+    values = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    without = render(chart, values, api_versions=None)
+    assert not by_kind(without, "ServiceMonitor") and not by_kind(without, "PrometheusRule")
+    assert {"Deployment", "Service"} <= {d["kind"] for d in without}
+    notes = chart.render(values, name="llm", namespace="obs")["ttft-exporter/templates/NOTES.txt"]
+    assert "no ServiceMonitor was created" in notes and "No PrometheusRule was created" in notes
+    monitor_only = render(chart, values, api_versions=OPERATOR_APIS[:2])
+    assert by_kind(monitor_only, "ServiceMonitor") and not by_kind(monitor_only, "PrometheusRule")
+    both = render(chart, values)
+    assert by_kind(both, "ServiceMonitor") and len(by_kind(both, "PrometheusRule")) == 2
+
+
+def test_notes_give_commands_that_work(chart):
+    notes = render_raw(chart, {"serviceMonitor": {"enabled": True}},
+                       api_versions=OPERATOR_APIS)["ttft-exporter/templates/NOTES.txt"]
+    assert "kubectl -n obs port-forward svc/llm-ttft-exporter 9469:9469" in notes
+    assert "curl -s http://127.0.0.1:9469/healthz" in notes
+    assert "image ttft-exporter:0.1.0" in notes and 'job "llm-ttft-exporter"' in notes
+    assert "pip install ttft-exporter" not in notes
+
+
+@pytest.mark.parametrize("config, refused", [
+    ({"slos": [{"ttft": {"threshold_seconds": 1.0, "target": 0.99}}]}, "config.slos"),
+    ({"labels": {"max_tenants": 50}}, "config.labels.max_tenants"),
+    ({"labels": {"tenant_policy": "allowlist", "tenant_allowlist": ["a"]}},
+     "config.labels.tenant_policy"),
+    ({"alerting": {"page_severity": "page"}}, "config.alerting"),
+    ({"window": {"seconds": 120}}, "config.window.seconds"),
+])
+def test_values_that_would_drift_from_the_generated_files_are_refused(helm, chart, config,
+                                                                      refused):
+    with pytest.raises(helm.HelmRenderError, match=re.escape(refused)):
+        chart.render({"config": config}, name="llm", namespace="obs")
+    # Without rules and dashboards nothing can drift.
+    chart.render({"config": config, "prometheusRule": {"enabled": False},
+                  "dashboards": {"enabled": False}}, name="llm", namespace="obs")
+    # What the generated files do not depend on is free.
+    chart.render({"config": {"labels": {"tenant_policy": "hash", "hash_salt": "x"},
+                             "alerting": {"exporter_job": "set-by-the-chart"}}},
+                 name="llm", namespace="obs")
+
+
+def test_a_chart_generated_for_another_config_accepts_that_config(helm, tmp_path):
+    """`ttft-exporter generate --config` at the repository's top rewrites the chart's files/:
+    that chart renders the same config, with its SLOs in the rules."""
+    source = {"slos": [{"ttft": {"threshold_seconds": 1.5, "target": 0.995}}],
+              "labels": {"max_tenants": 50}}
+    shutil.copytree(CHART, tmp_path / "helm" / "ttft-exporter")
+    generate(load(source), tmp_path, source)
+    other = helm.Chart.load(str(tmp_path / "helm" / "ttft-exporter"))
+    docs = render(other, {"config": source})
+    exprs = "\n".join(r["expr"] for d in by_kind(docs, "PrometheusRule")
+                      for g in d["spec"]["groups"] for r in g["rules"])
+    assert 'le="1.5"' in exprs and "/ 0.005" in exprs
+    with pytest.raises(helm.HelmRenderError, match="config.slos"):
+        other.render({}, name="llm", namespace="obs")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dashboard_configmaps_carry_exactly_the_committed_dashboards(chart, mode):
+    docs = render(chart, {"histograms": mode})
     maps = [d for d in by_kind(docs, "ConfigMap")
             if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
-    sources = sorted((ROOT / "dashboards").glob("*.json"))
+    sources = sorted((ROOT / "dashboards" / MODES[mode]).glob("*.json"))
     assert len(maps) == len(sources)  # one ConfigMap per dashboard
     found = {}
     for m in maps:
@@ -177,6 +297,7 @@ def test_full_scenario_wires_token_tls_auth_and_persistence(chart):
     assert agg["tls_cert_file"].endswith("tls.crt") and agg["metrics_username"] == "prometheus"
     assert agg["gauge_ttl_seconds"] == 30  # the user's aggregator settings are kept
     assert config["labels"]["tenant_policy"] == "hash"
+    assert config["alerting"]["exporter_job"] == "llm-aggregator"
     deployment, = by_kind(docs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -192,6 +313,7 @@ def test_full_scenario_wires_token_tls_auth_and_persistence(chart):
     assert endpoint["scheme"] == "https" and endpoint["authorization"]["type"] == "Bearer"
     assert endpoint["basicAuth"]["password"]["name"] == "ttft-scrape-password"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["jobLabel"] == "ttft-exporter.io/job"
     dashboards = [d for d in by_kind(docs, "ConfigMap") if "grafana_dashboard" in
                   d["metadata"]["labels"]]
     assert {d["metadata"]["namespace"] for d in dashboards} == {"monitoring"}
@@ -220,7 +342,8 @@ def test_minimal_scenario_has_no_rules_dashboards_or_token(chart):
 
 def test_bad_values_are_refused_before_anything_renders(helm, chart):
     for bad in ({"config": {"labelz": {}}}, {"port": "9469"}, {"replicaCount": 2},
-                {"pushToken": {"enabled": "yes"}}, {"serviceMonitor": {"interval": "soon"}}):
+                {"pushToken": {"enabled": "yes"}}, {"serviceMonitor": {"interval": "soon"}},
+                {"histograms": "sparse"}):
         with pytest.raises(helm.HelmValuesError):
             chart.render(bad, name="llm", namespace="obs")
     for bad in ({"tls": {"enabled": True}},

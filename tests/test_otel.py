@@ -1,4 +1,5 @@
-"""OpenTelemetry spans and GenAI metrics from call timelines, with the SDK's in-memory parts."""
+"""OpenTelemetry spans and GenAI metrics from call timelines, with the SDK's in-memory parts:
+one test per attribute and per metric of the GenAI conventions this exporter emits."""
 
 import pytest
 from opentelemetry import metrics, trace
@@ -32,7 +33,8 @@ def test_one_span_with_genai_attributes_and_phase_events(spans):
     assert len(t.trace_id) == 32
     t.model = "gpt-4.1-2025-04-14"
     t.outcome = names.OK
-    span.finish(t, derive(t), None, {names.ATTR_SERVER_ADDRESS: "api.openai.com"})
+    span.finish(t, derive(t), None, {names.ATTR_SERVER_ADDRESS: "api.openai.com",
+                                     names.ATTR_SERVER_PORT: 443})
     [s] = spans.get_finished_spans()
     assert s.name == "chat gpt-4.1" and s.kind == trace.SpanKind.CLIENT
     assert format(s.context.trace_id, "032x") == t.trace_id
@@ -83,29 +85,180 @@ def test_nothing_without_an_sdk_tracer_provider(monkeypatch):
     assert span.span is None and t.trace_id is None and headers == {}
 
 
-def test_genai_metrics_with_slo_aligned_buckets(monkeypatch):
+def test_genai_views_give_the_time_histograms_slo_aligned_buckets(monkeypatch):
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader],
                              views=genai_views(Config().seconds_buckets()))
     monkeypatch.setattr(otel.metrics, "get_meter_provider", lambda: provider)
     t = timeline()
     t.outcome = names.OK
-    otel.GenAIMetrics().record(t, derive(t))
+    otel.GenAIMetrics().record(t, derive(t), "openai", "gpt-4.1", {})
     data = {m.name: m for rm in reader.get_metrics_data().resource_metrics
             for sm in rm.scope_metrics for m in sm.metrics}
-    assert set(data) == {names.OTEL_OPERATION_DURATION, names.OTEL_TIME_TO_FIRST_CHUNK,
-                         names.OTEL_TIME_PER_OUTPUT_CHUNK, names.OTEL_TOKEN_USAGE}
     first = data[names.OTEL_TIME_TO_FIRST_CHUNK].data.data_points[0]
     assert 1.0 in first.explicit_bounds and 2.0 in first.explicit_bounds
     assert first.sum == pytest.approx(0.3)
-    usage = {dict(p.attributes)[names.ATTR_TOKEN_TYPE]: p.sum
-             for p in data[names.OTEL_TOKEN_USAGE].data.data_points}
-    assert usage == {"input": 1200, "output": 3}
 
 
 def test_no_metrics_without_an_sdk_meter_provider():
     assert type(metrics.get_meter_provider()).__name__ in otel._NO_METER_PROVIDER_NAMES
     genai = otel.GenAIMetrics()
     t = timeline()
-    genai.record(t, derive(t))
+    genai.record(t, derive(t), "openai", "gpt-4.1", {})
     assert genai._ensure() == ()  # no instruments were created
+
+
+def finished(spans, t, attributes=None, provider=None):
+    span = otel.CallSpan(t, provider=provider)
+    t.outcome = t.outcome or names.OK
+    span.finish(t, derive(t), None, attributes or {})
+    [s] = spans.get_finished_spans()
+    return s.attributes
+
+
+def test_provider_name_is_the_one_given_at_span_creation(spans):
+    t = timeline()
+    t.provider = "local"  # the label; the span names the API the SDK spoke
+    span = otel.CallSpan(t, provider="openai")
+    assert span.span.attributes[names.ATTR_PROVIDER] == "openai"  # at creation time
+    span.finish(t, derive(t), None, {})
+    assert spans.get_finished_spans()[0].attributes[names.ATTR_PROVIDER] == "openai"
+
+
+def test_server_port_goes_with_server_address(spans):
+    a = finished(spans, timeline(), {names.ATTR_SERVER_ADDRESS: "h", names.ATTR_SERVER_PORT: 8443})
+    assert (a[names.ATTR_SERVER_ADDRESS], a[names.ATTR_SERVER_PORT]) == ("h", 8443)
+
+
+def test_response_id_and_finish_reasons(spans):
+    a = finished(spans, timeline(), {names.ATTR_RESPONSE_ID: "chatcmpl-1",
+                                     names.ATTR_FINISH_REASONS: ["stop", "length"]})
+    assert a[names.ATTR_RESPONSE_ID] == "chatcmpl-1"
+    assert a[names.ATTR_FINISH_REASONS] == ("stop", "length")
+
+
+def test_reasoning_output_tokens(spans):
+    t = timeline()
+    t.reasoning_output_tokens = 1
+    assert finished(spans, t)[names.ATTR_REASONING_TOKENS] == 1
+
+
+def test_time_to_first_chunk_only_for_streamed_calls(spans):
+    t = CallTimeline(start=0, model="m", provider="openai", route="r")
+    t.first_token = t.first_answer_token = t.end = 500 * MS  # a non-streamed body
+    a = finished(spans, t, {names.ATTR_REQUEST_STREAM: False})
+    assert names.ATTR_TIME_TO_FIRST_CHUNK not in a
+    assert a[names.ATTR_TIME_TO_FIRST_ANSWER] == pytest.approx(0.5)  # ours: when it arrived
+
+
+def metric_points(reader):
+    return {m.name: m for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics for m in sm.metrics}
+
+
+@pytest.fixture
+def reader(monkeypatch):
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(otel.metrics, "get_meter_provider", lambda: provider)
+    return reader
+
+
+def record(t, attributes=None, provider="openai"):
+    t.outcome = t.outcome or names.OK
+    otel.GenAIMetrics().record(t, derive(t), provider, "gpt-4.1",
+                               attributes or {names.ATTR_SERVER_ADDRESS: "api.openai.com",
+                                              names.ATTR_SERVER_PORT: 443})
+
+
+def test_every_metric_has_its_conventional_name_unit_and_attributes(reader):
+    t = timeline()
+    t.model = "gpt-4.1-2025-04-14"
+    t.reasoning_output_tokens = 1
+    record(t)
+    data = metric_points(reader)
+    assert set(data) == {
+        names.OTEL_OPERATION_DURATION, names.OTEL_TIME_TO_FIRST_CHUNK,
+        names.OTEL_TIME_PER_OUTPUT_CHUNK, names.OTEL_OPERATION_INPUT_TOKENS,
+        names.OTEL_OPERATION_OUTPUT_TOKENS, names.OTEL_USAGE_INPUT_TOKENS,
+        names.OTEL_USAGE_OUTPUT_TOKENS, names.OTEL_USAGE_CACHE_READ_TOKENS,
+        names.OTEL_USAGE_REASONING_TOKENS}
+    assert "gen_ai.client.token.usage" not in data  # replaced by the two families above
+    for name, metric in data.items():
+        assert metric.unit == ("s" if name.endswith(("duration", "chunk")) else "{token}")
+        for point in metric.data.data_points:
+            a = dict(point.attributes)
+            assert a[names.ATTR_OPERATION] == "chat" and a[names.ATTR_PROVIDER] == "openai"
+            assert a[names.ATTR_REQUEST_MODEL] == "gpt-4.1"
+            assert a[names.ATTR_RESPONSE_MODEL] == "gpt-4.1-2025-04-14"
+            assert (a[names.ATTR_SERVER_ADDRESS], a[names.ATTR_SERVER_PORT]) == (
+                "api.openai.com", 443)
+
+
+def test_time_per_output_chunk_records_each_chunk_after_the_first(reader):
+    t = CallTimeline(start=0, model="m", provider="openai", route="r")
+    for k in range(97):
+        t.token(100 * MS + k * 10 * MS)
+    t.end = 2000 * MS
+    record(t)
+    [point] = metric_points(reader)[names.OTEL_TIME_PER_OUTPUT_CHUNK].data.data_points
+    assert point.count == 96 and point.sum == pytest.approx(0.96)
+
+
+def test_time_to_first_chunk_is_not_recorded_for_non_streamed_calls(reader):
+    t = CallTimeline(start=0, model="m", provider="openai", route="r")
+    t.first_token = t.first_answer_token = t.end = 500 * MS
+    t.input_tokens, t.output_tokens = 10, 5
+    record(t, {names.ATTR_REQUEST_STREAM: False})
+    data = metric_points(reader)
+    assert names.OTEL_TIME_TO_FIRST_CHUNK not in data
+    assert names.OTEL_TIME_PER_OUTPUT_CHUNK not in data
+    assert data[names.OTEL_OPERATION_DURATION].data.data_points[0].sum == pytest.approx(0.5)
+
+
+def test_histograms_advise_the_conventions_bucket_boundaries(reader):
+    record(timeline())
+    data = metric_points(reader)
+    for name in (names.OTEL_OPERATION_DURATION, names.OTEL_TIME_TO_FIRST_CHUNK,
+                 names.OTEL_TIME_PER_OUTPUT_CHUNK):
+        point = data[name].data.data_points[0]
+        assert tuple(point.explicit_bounds) == otel.SECONDS_BOUNDARIES, name
+    for name in (names.OTEL_OPERATION_INPUT_TOKENS, names.OTEL_OPERATION_OUTPUT_TOKENS):
+        point = data[name].data.data_points[0]
+        assert tuple(point.explicit_bounds) == (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536,
+                                                262144, 1048576, 4194304, 16777216, 67108864)
+
+
+def test_token_usage_counters_and_per_operation_histograms(reader):
+    t = timeline()
+    t.reasoning_output_tokens = 2
+    record(t)
+    data = metric_points(reader)
+
+    def only(name):
+        [point] = data[name].data.data_points
+        return point
+
+    for name, value in ((names.OTEL_USAGE_INPUT_TOKENS, 1200),
+                        (names.OTEL_USAGE_OUTPUT_TOKENS, 3),
+                        (names.OTEL_USAGE_CACHE_READ_TOKENS, 1024),
+                        (names.OTEL_USAGE_REASONING_TOKENS, 2)):
+        point = only(name)
+        assert point.value == value and data[name].data.is_monotonic, name
+        assert dict(point.attributes)[names.ATTR_TOKEN_MODALITY] == "unknown"
+    assert only(names.OTEL_OPERATION_INPUT_TOKENS).sum == 1200
+    assert only(names.OTEL_OPERATION_OUTPUT_TOKENS).sum == 3
+
+
+def test_a_failed_call_records_zero_tokens_and_its_error_type(reader):
+    t = CallTimeline(start=0, model="m", provider="openai", route="r")
+    t.end, t.outcome = 100 * MS, names.TIMEOUT
+    record(t)
+    data = metric_points(reader)
+    [op_input] = data[names.OTEL_OPERATION_INPUT_TOKENS].data.data_points
+    assert op_input.sum == 0 and dict(op_input.attributes)[names.ATTR_ERROR_TYPE] == "timeout"
+    [usage] = data[names.OTEL_USAGE_INPUT_TOKENS].data.data_points
+    assert usage.value == 0 and names.ATTR_ERROR_TYPE not in dict(usage.attributes)
+    [duration] = data[names.OTEL_OPERATION_DURATION].data.data_points
+    assert dict(duration.attributes)[names.ATTR_ERROR_TYPE] == "timeout"
+    assert names.OTEL_USAGE_CACHE_READ_TOKENS not in data  # not reported: not recorded

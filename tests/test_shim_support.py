@@ -101,7 +101,13 @@ def drops() -> int:
 @pytest.mark.parametrize("host,default,want", [
     ("api.openai.com", "openai", "openai"),
     ("api.anthropic.com", "anthropic", "anthropic"),
-    ("my-resource.openai.azure.com", "openai", "azure"),
+    ("my-resource.openai.azure.com", "openai", "azure.ai.openai"),
+    ("my-hub.services.ai.azure.com", "anthropic", "azure.ai.inference"),
+    ("bedrock-runtime.us-east-1.amazonaws.com", "anthropic", "aws.bedrock"),
+    ("us-east5-aiplatform.googleapis.com", "anthropic", "gcp.vertex_ai"),
+    ("generativelanguage.googleapis.com", "openai", "gcp.gemini"),
+    ("api.mistral.ai", "openai", "mistral_ai"),
+    ("api.x.ai", "openai", "x_ai"),
     ("vllm-llama.ml.svc.cluster.local", "openai", "vllm"),
     ("gateway.ml.svc.cluster.local", "openai", "gateway"),
     ("api.deepseek.com", "openai", "deepseek"),
@@ -119,6 +125,17 @@ def test_provider_names_are_short(host, default, want):
     assert providers.provider_name(host, default) == want
 
 
+@pytest.mark.parametrize("label, api, want", [
+    ("aws.bedrock", "anthropic", "aws.bedrock"), ("azure.ai.openai", "openai", "azure.ai.openai"),
+    ("deepseek", "openai", "deepseek"), ("openrouter", "openai", "openrouter"),
+    ("vllm", "openai", "vllm"), ("local", "openai", "openai"), ("ip", "anthropic", "anthropic"),
+    ("example", "openai", "openai"), ("gateway", "openai", "openai"),
+])
+def test_genai_provider_name_is_a_well_known_value_or_the_sdks_api(label, api, want):
+    """The conventions' well-known values where they apply; never `local` or a host name."""
+    assert providers.genai_provider(label, api) == want
+
+
 def test_provider_from_client_class():
     class AzureOpenAI:
         base_url = SimpleNamespace(host="x.example.com")
@@ -126,8 +143,8 @@ def test_provider_from_client_class():
     class AnthropicBedrock:
         base_url = SimpleNamespace(host="bedrock-runtime.us-east-1.amazonaws.com")
 
-    assert shim_openai.provider(AzureOpenAI()) == "azure"
-    assert shim_anthropic.provider(AnthropicBedrock()) == "bedrock"
+    assert shim_openai.provider(AzureOpenAI()) == "azure.ai.openai"
+    assert shim_anthropic.provider(AnthropicBedrock()) == "aws.bedrock"
 
 
 def _chunk(delta=None, choices=True, usage=None):
@@ -168,10 +185,13 @@ def test_responses_and_anthropic_classification():
         names.REASONING
     assert r(ev(type="response.function_call_arguments.delta", delta="{"), None) == names.TOOL
     a = shim_anthropic.classify
-    tr = SimpleNamespace(usage_seen=None)
+    noted: list[dict] = []
+    tr = SimpleNamespace(usage_seen=None, response=lambda **kw: noted.append(kw))
     message = ev(usage=ev(input_tokens=5, cache_read_input_tokens=7,
-                          cache_creation_input_tokens=0, output_tokens=1), model="claude-x")
+                          cache_creation_input_tokens=0, output_tokens=1), model="claude-x",
+                 id="msg_1")
     assert a(ev(type="message_start", message=message), tr) is None
+    assert noted == [{"id": "msg_1"}]
     assert tr.usage_seen == {"input_tokens": 5, "cache_read_input_tokens": 7,
                         "cache_creation_input_tokens": 0, "output_tokens": 1,
                         "model": "claude-x"}

@@ -13,6 +13,8 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import exporter
 from exporter._internal import names, otel, runtime
@@ -41,8 +43,12 @@ def test_openai_stream_makes_one_span_with_phases_and_sends_traceparent(
     assert sent_headers[0]["traceparent"].split("-")[1] == trace_id
     a = span.attributes
     assert span.name == "chat gpt-4.1"
-    assert a[names.ATTR_PROVIDER] == "local" and a[names.ATTR_SERVER_ADDRESS] == "127.0.0.1"
+    # The demo provider on loopback: the API spoken is OpenAI's (the label stays "local").
+    assert a[names.ATTR_PROVIDER] == "openai" and a[names.ATTR_SERVER_ADDRESS] == "127.0.0.1"
+    assert a[names.ATTR_SERVER_PORT] == int(server.base_url.rsplit(":", 1)[1])
     assert a[names.ATTR_REQUEST_STREAM] is True
+    assert a[names.ATTR_RESPONSE_ID].startswith("chatcmpl-")
+    assert a[names.ATTR_FINISH_REASONS] == ("stop",)
     assert (a[names.ATTR_ROUTE], a[names.ATTR_TENANT]) == ("support", "acme")
     assert a[names.ATTR_TIME_TO_FIRST_CHUNK] >= 0.15
     assert a[names.ATTR_PHASE_PREFIX + "server"] >= 0.05
@@ -70,6 +76,45 @@ def test_anthropic_error_span(server, instrumented, spans):
     assert span.status.status_code.name == "ERROR"
     assert span.attributes[names.ATTR_ERROR_TYPE] == "RateLimitError"
     assert span.attributes[names.ATTR_OUTCOME] == names.ERROR
+    assert span.attributes[names.ATTR_PROVIDER] == "anthropic"
+
+
+def test_anthropic_span_has_the_message_id_stop_reason_and_no_ttfc_unstreamed(
+        server, instrumented, spans):
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    with client.messages.stream(model="claude", max_tokens=10, messages=MESSAGES,
+                                extra_headers=script(tokens=3)) as stream:
+        message = stream.get_final_message()
+    client.messages.create(model="claude", max_tokens=10, messages=MESSAGES,
+                           extra_headers=script(tokens=3))
+    streamed, unstreamed = [s for s in spans.get_finished_spans() if s.name == "chat claude"]
+    assert streamed.attributes[names.ATTR_RESPONSE_ID] == message.id
+    assert streamed.attributes[names.ATTR_FINISH_REASONS] == ("end_turn",)
+    assert streamed.attributes[names.ATTR_TIME_TO_FIRST_CHUNK] > 0
+    assert unstreamed.attributes[names.ATTR_RESPONSE_ID].startswith("msg_")
+    assert unstreamed.attributes[names.ATTR_FINISH_REASONS] == ("end_turn",)
+    assert names.ATTR_TIME_TO_FIRST_CHUNK not in unstreamed.attributes
+
+
+def test_reasoning_tokens_and_per_chunk_metrics_through_the_sdk(server, instrumented,
+                                                                monkeypatch):
+    """openai's usage reports reasoning tokens; with otel.metrics the SDK call records one
+    time-per-output-chunk value per chunk after the first, and its reasoning tokens."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(otel.metrics, "get_meter_provider", lambda: provider)
+    runtime.configure({"otel": {"metrics": True}})
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0)
+    list(client.chat.completions.create(
+        model="r1", messages=MESSAGES, stream=True, stream_options={"include_usage": True},
+        extra_headers=script(tokens=5, reasoning_tokens=4, gap=0.001)))
+    data = {m.name: m for rm in reader.get_metrics_data().resource_metrics
+            for sm in rm.scope_metrics for m in sm.metrics}
+    [per_chunk] = data[names.OTEL_TIME_PER_OUTPUT_CHUNK].data.data_points
+    assert per_chunk.count == 4 + 5 - 1
+    [reasoning] = data[names.OTEL_USAGE_REASONING_TOKENS].data.data_points
+    assert reasoning.value == 4
+    assert dict(reasoning.attributes)[names.ATTR_PROVIDER] == "openai"
 
 
 def test_traceparent_can_be_turned_off(server, instrumented, spans):

@@ -5,19 +5,26 @@ read come from promql.py, which the dashboards use too; this module holds the ru
 policy only alerts read (ticket burn rates, severities, `for` durations, texts). Each SLO
 entry's rules carry its scope as label `slo` (promql.scopes). Recording-rule windows, offsets
 and `for` durations scale with `alerting.window_scale`; recording-rule names do not.
+
+Every rule selects the exporter's job and `alerting.selector`, and keeps `alerting.group_by`
+(promql.scope_matchers, promql.kept). The SLI recordings follow Sloth's names and labels
+(`slo:sli_error:ratio_rate<window>`, `sloth_id`, `sloth_service`, `sloth_slo`, and the budget
+recordings over the SLO period), so Sloth's dashboards read them too.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from . import names
 from .config import AlertingConfig, Config
-from .promql import (ERRORS_SLI, MODEL_ROUTE, PAGE_BURN, REGRESSION_WINDOW, SLI_WINDOWS, SLIS,
-                     TENANT_WINDOW, BurnRate, Names, Scope, by, duration, eq, indent, num,
-                     outcome_ratio, percent, quantile, scopes, selector, sli_error_ratio,
-                     sli_record)
+from .promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
+                     PERIOD_BUDGET_REMAINING, PERIOD_BURN_RATE, REGRESSION_WINDOW, SLI_WINDOWS,
+                     SLIS, BurnRate, Names, Scope, by, duration, eq, histogram_rate, indent,
+                     is_native, kept, num, outcome_ratio, percent, quantile, runbook_url,
+                     scope_matchers, scopes, selector, sli_error_ratio, sli_record)
 
 # --- alert-only policy ------------------------------------------------------------------------
 
@@ -31,7 +38,20 @@ TIMEOUT_BURN = BurnRate(3, 3600, 300)
 #: The network phase (DNS, TCP, TLS) whose regression means a route or region change.
 CONNECT_PHASE = "connect"
 
+#: The two alert levels (Sloth's `sloth_severity`); `alerting.page_severity` and
+#: `ticket_severity` give the `severity` label of each.
 PAGE, TICKET = "page", "ticket"
+
+
+def recorded_scope(al: AlertingConfig) -> list[str]:
+    """Matchers alerts put on recorded series: the exporter's job, when recordings keep it (so
+    two releases' rules never alert on each other's recordings)."""
+    return scope_matchers(al)[:1] if "job" in kept(al) else []
+
+
+def severity(al: AlertingConfig, level: str) -> str:
+    """The `severity` label of an alert level."""
+    return al.page_severity if level == PAGE else al.ticket_severity
 
 
 # --- rules ------------------------------------------------------------------------------------
@@ -47,52 +67,107 @@ class _Windows:
         return duration(seconds * self.scale)
 
 
+def sloth_labels(config: Config, scope: Scope, sli: str) -> dict[str, str]:
+    """Labels of an SLI's recordings: ours (`sli`, `slo`) and Sloth's."""
+    slug = re.sub(r"[^a-zA-Z0-9.-]+", "-", scope.id).strip("-")
+    slo = f"{sli.replace('_', '-')}-{slug}"
+    service = config.alerting.service
+    return {"sli": sli, "slo": scope.id, "sloth_id": f"{service}-{slo}",
+            "sloth_service": service, "sloth_slo": slo}
+
+
 def recording_rules(config: Config) -> list[dict[str, Any]]:
-    """Rule groups: SLI error ratios per scope/SLI/window, then the latency baselines."""
-    w = _Windows(config.alerting)
-    sli_rules = [
-        {"record": sli_record(window), "expr": sli_error_ratio(sli, scope, w(window)),
-         "labels": {"sli": sli, "slo": scope.id}}
-        for scope in scopes(config) for sli in SLIS for window in SLI_WINDOWS
-    ]
+    """Rule groups: per scope and SLI the error ratios and the budget over the SLO period, then
+    the latency baselines."""
+    al = config.alerting
+    w = _Windows(al)
+    ratios: list[dict[str, Any]] = []
+    budgets: list[dict[str, Any]] = []
+    for scope in scopes(config):
+        for sli in SLIS:
+            labels = sloth_labels(config, scope, sli)
+            ratios += [{"record": sli_record(window),
+                        "expr": sli_error_ratio(sli, scope, w(window), scope_matchers(al),
+                                                kept(al)),
+                        "labels": labels} for window in SLI_WINDOWS]
+            budgets += _budget_records(config, scope, sli, labels, w)
+    calls = selector(names.REQUESTS_TOTAL, scope_matchers(al))
+    ratios += [{"record": calls_record(window),
+                "expr": f"sum by ({by(kept(al))}) (increase({calls}[{w(window)}]))"}
+               for window in GUARD_WINDOWS]
     return [
-        {"name": "ttft-exporter-records-sli", "rules": sli_rules},
+        {"name": "ttft-exporter-records-sli", "rules": ratios},
+        # The period changes slowly and reads 30 days: every 5 minutes is enough.
+        {"name": "ttft-exporter-records-budget", "interval": w(300), "rules": budgets},
         {"name": "ttft-exporter-records-latency", "rules": _latency_records(config, w)},
+    ]
+
+
+def _budget_records(config: Config, scope: Scope, sli: str, labels: dict[str, str],
+                    w: _Windows) -> list[dict[str, Any]]:
+    """Sloth's period and budget recordings. The period ratio is the mean of the 5m ratios
+    over the period (cheap; every 5 minutes with calls weighs the same), as Sloth records it."""
+    period = config.alerting.slo_period_seconds
+    budget = num(1 - getattr(scope.slo, sli).target)
+    mine = [eq("sloth_id", labels["sloth_id"]), *recorded_scope(config.alerting)]
+    five = selector(sli_record(300), mine)
+    return [
+        {"record": sli_record(period), "labels": labels,
+         "expr": (f"sum_over_time({five}[{w(period)}])\n"
+                  f"/ count_over_time({five}[{w(period)}])")},
+        {"record": "slo:objective:ratio", "labels": labels,
+         "expr": f"vector({num(getattr(scope.slo, sli).target)})"},
+        {"record": "slo:error_budget:ratio", "labels": labels, "expr": f"vector({budget})"},
+        {"record": "slo:time_period:days", "labels": labels,
+         "expr": f"vector({num(period / 86400)})"},
+        {"record": CURRENT_BURN_RATE, "labels": labels, "expr": f"{five} / {budget}"},
+        {"record": PERIOD_BURN_RATE, "labels": labels,
+         "expr": f"{selector(sli_record(period), mine)} / {budget}"},
+        {"record": PERIOD_BUDGET_REMAINING, "labels": labels,
+         "expr": f"1 - {selector(PERIOD_BURN_RATE, mine)}"},
     ]
 
 
 def _latency_records(config: Config, w: _Windows) -> list[dict[str, Any]]:
     al, n = config.alerting, Names.of(config.alerting)
     reg, reg_off = w(REGRESSION_WINDOW), w(al.regression_offset_seconds)
-    ten, ten_off = w(TENANT_WINDOW), w(al.tenant_baseline_offset_seconds)
-    connect = [eq(names.PHASE, CONNECT_PHASE)]
-    phase_by = (*MODEL_ROUTE, names.PHASE)
-    tenant_by = (*MODEL_ROUTE, names.TENANT)
+    ten, ten_off = w(al.tenant_window_seconds), w(al.tenant_baseline_offset_seconds)
+    scope, keep = scope_matchers(al), kept(al)
+    connect = [eq(names.PHASE, CONNECT_PHASE), *scope]
+    phase_by = (*keep, names.PHASE)
+    tenant_by = (*keep, names.TENANT)
+    native = is_native(config)
 
     def tenant_p99(offset: str) -> str:
         # Only tenants with calls in the window: an idle tenant's quantile is NaN, and counting
         # it would dilute the share of degraded tenants.
-        shift = f" offset {offset}" if offset else ""
         calls = (f"sum by ({by(tenant_by)}) "
-                 f"(rate({names.TTFT.name}_count[{ten}]{shift})) > 0")
-        return f"{quantile(0.99, names.TTFT, tenant_by, ten, offset=offset)}\nand\n{calls}"
+                 f"({histogram_rate(names.TTFT, 'count', scope, ten, offset, native)}) > 0")
+        q99 = quantile(0.99, names.TTFT, tenant_by, ten, scope, offset=offset, native=native)
+        return f"{q99}\nand\n{calls}"
+
+    def p99(family: names.Family, labels: Sequence[str], matchers: Sequence[str],
+            offset: str = "") -> str:
+        # Only where the window holds calls: a quantile over none is NaN.
+        calls = (f"sum by ({by(labels)}) "
+                 f"({histogram_rate(family, 'count', matchers, reg, offset, native)}) > 0")
+        return (f"{quantile(0.99, family, labels, reg, matchers, offset, native)}\n"
+                f"and\n{calls}")
 
     return [
-        {"record": n.ttft_p99, "expr": quantile(0.99, names.TTFT, MODEL_ROUTE, reg)},
-        {"record": n.ttft_p99_baseline,
-         "expr": quantile(0.99, names.TTFT, MODEL_ROUTE, reg, offset=reg_off)},
-        {"record": n.connect_p99,
-         "expr": quantile(0.99, names.PHASE_FAMILY, phase_by, reg, connect)},
+        {"record": n.ttft_p99, "expr": p99(names.TTFT, keep, scope)},
+        {"record": n.ttft_p99_baseline, "expr": p99(names.TTFT, keep, scope, reg_off)},
+        {"record": n.connect_p99, "expr": p99(names.PHASE_FAMILY, phase_by, connect)},
         {"record": n.connect_p99_baseline,
-         "expr": quantile(0.99, names.PHASE_FAMILY, phase_by, reg, connect, offset=reg_off)},
+         "expr": p99(names.PHASE_FAMILY, phase_by, connect, reg_off)},
         {"record": n.tenant_p99, "expr": tenant_p99("")},
         {"record": n.tenant_p99_baseline, "expr": tenant_p99(ten_off)},
         {"record": n.tenant_p99_rise, "expr": f"{n.tenant_p99}\n/ {n.tenant_p99_baseline}"},
         # sum / count rather than avg: exact, where avg's running mean depends on series order.
         {"record": n.tenants_degraded_ratio,
-         "expr": (f"sum by ({by(MODEL_ROUTE)}) "
+         "expr": (f"sum by ({by(keep)}) "
                   f"({n.tenant_p99_rise} > bool {num(al.tenant_degraded_factor)})\n"
-                  f"/ count by ({by(MODEL_ROUTE)}) ({n.tenant_p99_rise})")},
+                  f"/ count by ({by(keep)}) ({n.tenant_p99_rise})")},
     ]
 
 
@@ -121,15 +196,17 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
     ]
 
 
-def _alert(name: str, severity: str, expr: str, for_: str, summary: str, description: str,
+def _alert(name: str, level: str, expr: str, for_: str, summary: str, description: str,
            config: Config, scope: Scope | None = None) -> dict[str, Any]:
     """One alerting rule; per-SLO-scope rules carry the scope as label `slo`, which keeps rules
     of the same name distinct (promtool rejects duplicates)."""
-    labels = {"severity": severity} if scope is None else {"severity": severity, "slo": scope.id}
+    labels = {"severity": severity(config.alerting, level), "sloth_severity": level}
+    if scope is not None:
+        labels["slo"] = scope.id
     return {
         "alert": name, "expr": expr, "for": for_, "labels": labels,
         "annotations": {"summary": summary, "description": description,
-                        "runbook_url": f"{config.alerting.runbook_url}#{name.lower()}"},
+                        "runbook_url": runbook_url(config.alerting, name)},
     }
 
 
@@ -147,67 +224,95 @@ _BURN_TEXT = {
 }
 
 
-def _burn_alert(name: str, severity: str, sli: str, scope: Scope,
+#: The long windows of every burn-rate pair: the minimum-traffic guard counts calls over them.
+GUARD_WINDOWS = tuple(sorted({p.long for p in (*PAGE_BURN, *TICKET_BURN, STALL_BURN,
+                                               TIMEOUT_BURN)}))
+
+
+def calls_record(window: float) -> str:
+    """Name of the recorded number of calls over a window (the minimum-traffic guard)."""
+    return f"model_route:{names.REQUESTS_TOTAL}:increase{duration(window)}"
+
+
+def _enough_calls(window: float, al: AlertingConfig) -> str:
+    """The minimum-traffic guard: the (model, route) made at least `min_calls` calls over the
+    window."""
+    return (f"on ({by(kept(al))}) {selector(calls_record(window), recorded_scope(al))} "
+            f">= {al.min_calls}")
+
+
+def _burn_alert(name: str, level: str, sli: str, scope: Scope,
                 pairs: Sequence[BurnRate], w: _Windows, config: Config) -> dict[str, Any]:
-    """Alert when the error ratio exceeds factor × budget over both windows of any pair.
+    """Alert when the error ratio exceeds factor × budget over both windows of any pair, with
+    at least `min_calls` calls over the long one.
 
     The value is the burn rate over the long window of the matching pair, so the description
     can print it (Prometheus templates have no arithmetic).
     """
+    al = config.alerting
     objective = getattr(scope.slo, sli)
     budget = num(1 - objective.target)
-    label_sel = [eq("sli", sli), eq("slo", scope.id)]
+    label_sel = [eq("sli", sli), eq("slo", scope.id), *recorded_scope(al)]
 
     def over(window: int, factor: float) -> str:
         return f"{selector(sli_record(window), label_sel)} / {budget} > {num(factor)}"
 
-    branches = [f"(\n  {over(p.long, p.factor)}\nand\n  {over(p.short, p.factor)}\n)"
-                for p in pairs]
+    branches = [f"(\n  {over(p.long, p.factor)}\nand\n  {over(p.short, p.factor)}\n"
+                f"and {_enough_calls(p.long, al)}\n)" for p in pairs]
     title, met = _BURN_TEXT[sli]
     threshold = objective.threshold_seconds
     goal = met.format(threshold=f"{num(threshold)}s" if threshold is not None else "")
     rule = " or ".join(f"{num(p.factor)}× over {duration(p.long)} and {duration(p.short)}"
                        for p in pairs)
     return _alert(
-        name, severity, "\nor\n".join(branches), w(_BURN_FOR[severity]),
+        name, level, "\nor\n".join(branches), w(_BURN_FOR[level]),
         f"{title} error budget burning: {_WHERE}",
         f"The objective is that {percent(objective.target)} of calls {goal} (SLO {scope.id}). "
         f"Calls of {_WHERE} spend the error budget {_VALUE_1F}× as fast "
-        f"as sustainable over the long window (alerting at {rule}).", config, scope)
+        f"as sustainable over the long window (alerting at {rule}, with at least "
+        f"{al.min_calls} calls over the long window).", config, scope)
 
 
 def _timeout_alert(scope: Scope, w: _Windows, config: Config) -> dict[str, Any]:
+    al = config.alerting
     budget = 1 - scope.slo.errors.target
     limit = num(TIMEOUT_BURN.factor * budget)
 
     def over(window: int) -> str:
-        return f"(\n{indent(outcome_ratio(names.TIMEOUT, scope, w(window)))}\n) > {limit}"
+        ratio = outcome_ratio(names.TIMEOUT, scope, w(window), scope_matchers(al), kept(al))
+        return f"(\n{indent(ratio)}\n) > {limit}"
 
     return _alert(
         "LLMTimeoutRateHigh", TICKET,
-        f"{over(TIMEOUT_BURN.long)}\nand\n{over(TIMEOUT_BURN.short)}", w(900),
+        f"{over(TIMEOUT_BURN.long)}\nand\n{over(TIMEOUT_BURN.short)}\n"
+        f"and {_enough_calls(TIMEOUT_BURN.long, al)}", w(900),
         f"LLM calls timing out: {_WHERE}",
         f"{_VALUE_PCT} of the calls of {_WHERE} timed out over the "
         f"last {duration(TIMEOUT_BURN.long)} (alerting above {percent(float(limit))}, "
         f"{num(TIMEOUT_BURN.factor)}× the error budget of SLO {scope.id}, over "
-        f"{duration(TIMEOUT_BURN.long)} and {duration(TIMEOUT_BURN.short)}).", config, scope)
+        f"{duration(TIMEOUT_BURN.long)} and {duration(TIMEOUT_BURN.short)}, with at least "
+        f"{al.min_calls} calls).", config, scope)
 
 
-def _query_value(metric: str, extra_labels: Sequence[str] = ()) -> str:
-    """Template snippet printing `metric` for the alert's model/route as a duration."""
-    labels = [f"{label}=%q" for label in (*MODEL_ROUTE, *extra_labels)]
-    args = " ".join(f"$labels.{label}" for label in (*MODEL_ROUTE, *extra_labels))
-    return (f'{{{{ with printf "{metric}{{{",".join(labels)}}}" {args} | query }}}}'
+def _query_value(metric: str, labels: Sequence[str]) -> str:
+    """Template snippet printing `metric` for the alert's labels as a duration."""
+    matchers = [f"{label}=%q" for label in labels]
+    args = " ".join(f"$labels.{label}" for label in labels)
+    return (f'{{{{ with printf "{metric}{{{",".join(matchers)}}}" {args} | query }}}}'
             f"{{{{ . | first | value | humanizeDuration }}}}{{{{ end }}}}")
 
 
 def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
     al, n = config.alerting, Names.of(config.alerting)
+    keep, mine, plain = kept(al), recorded_scope(al), n
+    n = Names(*(selector(name, mine) for name in (
+        n.ttft_p99, n.ttft_p99_baseline, n.connect_p99, n.connect_p99_baseline, n.tenant_p99,
+        n.tenant_p99_baseline, n.tenant_p99_rise, n.tenants_degraded_ratio)))
     reg, off = duration(REGRESSION_WINDOW), duration(al.regression_offset_seconds)
     factor, floor = num(al.regression_factor), num(al.regression_min_seconds)
     ten_off, rise = duration(al.tenant_baseline_offset_seconds), num(al.tenant_degraded_factor)
     many = (f"(\n  {n.tenants_degraded_ratio} >= {num(al.many_tenants_share)}\n"
-            f"  and\n  count by ({by(MODEL_ROUTE)}) ({n.tenant_p99_rise}) "
+            f"  and\n  count by ({by(keep)}) ({n.tenant_p99_rise}) "
             f">= {al.many_tenants_min}\n)")
 
     def regression(now: str, then: str) -> str:
@@ -217,7 +322,7 @@ def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
         _alert(
             "LLMTTFTP99Regression", TICKET, regression(n.ttft_p99, n.ttft_p99_baseline),
             w(1800), f"TTFT p99 regressed against last week: {_WHERE}",
-            f"TTFT p99 of {_WHERE} over the last {reg} is {_query_value(n.ttft_p99)}, "
+            f"TTFT p99 of {_WHERE} over the last {reg} is {_query_value(plain.ttft_p99, keep)}, "
             f"{_VALUE_2F}× its value {off} ago "
             f"(alerting above {factor}× and {floor}s slower).", config),
         _alert(
@@ -225,7 +330,7 @@ def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             regression(n.connect_p99, n.connect_p99_baseline), w(1800),
             f"Connect phase slower than last week: {_WHERE}",
             f"p99 of the connect phase (DNS, TCP, TLS) of {_WHERE} over the last {reg} is "
-            f"{_query_value(n.connect_p99, [names.PHASE])}, {_VALUE_2F}× "
+            f"{_query_value(plain.connect_p99, [*keep, names.PHASE])}, {_VALUE_2F}× "
             f"its value {off} ago (alerting above {factor}× and {floor}s slower): the route, "
             f"region or endpoint of the provider probably changed.", config),
         _alert(
@@ -238,10 +343,10 @@ def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             f"any tenant's prompts.", config),
         _alert(
             "LLMTTFTTenantDegraded", TICKET,
-            f"{n.tenant_p99_rise} > {rise}\nunless on ({by(MODEL_ROUTE)})\n{many}", w(900),
+            f"{n.tenant_p99_rise} > {rise}\nunless on ({by(keep)})\n{many}", w(900),
             "TTFT rose for tenant {{ $labels.tenant }} only: " + _WHERE,
             f"TTFT p99 of tenant {{{{ $labels.tenant }}}} on {_WHERE} is "
-            f"{_query_value(n.tenant_p99, [names.TENANT])}, {_VALUE_2F}× "
+            f"{_query_value(plain.tenant_p99, [*keep, names.TENANT])}, {_VALUE_2F}× "
             f"its p99 {ten_off} ago (alerting above {rise}×), while most other tenants of the "
             f"same model and route are not slower: look at this tenant's prompts and prompt "
             f"cache.", config),
@@ -253,20 +358,25 @@ TASK_WINDOW, TASK_FOR = 1800, 900
 
 
 def _task_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
-    """Agent tasks past their deadline, and calls cut at max_tokens (agent_dashboard.py)."""
+    """Agent tasks past their deadline, and calls cut at max_tokens (agent_dashboard.py).
+
+    Like every rule they select the exporter's job and keep `alerting.group_by`; task families
+    carry no model or route, so the deadline share keeps `task` and the group_by labels."""
     al, window = config.alerting, w(TASK_WINDOW)
+    scope = scope_matchers(al)
     tasks, finish = names.TASKS_TOTAL.name, names.FINISH_REASONS_TOTAL.name
     with_deadline = f'{names.DEADLINE}!="{names.DEADLINE_NONE}"'
+    per_task = (names.TASK, *(label for label in kept(al) if label not in MODEL_ROUTE))
 
-    def share(labels: Sequence[str], metric: str, part: str, whole: str = "") -> str:
-        def rate(m: str) -> str:
-            return f"sum by ({by(labels)}) (rate({metric}{{{m}}}[{window}]))" if m else \
-                f"sum by ({by(labels)}) (rate({metric}[{window}]))"
-        return f"{rate(part)}\n/ {rate(whole)}"
+    def share(labels: Sequence[str], metric: str, part: str, whole: Sequence[str] = ()) -> str:
+        def rate(matchers: Sequence[str]) -> str:
+            return f"sum by ({by(labels)}) (rate({selector(metric, [*scope, *matchers])}" \
+                   f"[{window}]))"
+        return f"{rate([part, *whole])}\n/ ({rate(whole)} > 0)"
 
-    overruns = share([names.TASK], tasks, eq(names.DEADLINE, names.DEADLINE_EXCEEDED),
-                     with_deadline)
-    truncated = share(MODEL_ROUTE, finish, eq(names.FINISH_REASON, names.FINISH_LENGTH))
+    overruns = share(per_task, tasks, eq(names.DEADLINE, names.DEADLINE_EXCEEDED),
+                     [with_deadline])
+    truncated = share(kept(al), finish, eq(names.FINISH_REASON, names.FINISH_LENGTH))
     return [
         _alert(
             "LLMTaskDeadlineOverruns", TICKET,
@@ -287,23 +397,25 @@ def _task_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
 
 
 def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
-    job_name = config.alerting.exporter_job
-    job = [eq("job", job_name)]
+    al = config.alerting
+    scope = scope_matchers(al)
+    up = selector("up", scope)
     per = "{{ $labels.model }} / {{ $labels.route }}"
     rules = [
         _alert(
-            "TTFTExporterDown", TICKET, f"{selector('up', job)} == 0", w(300),
+            "TTFTExporterDown", TICKET, f"{up} == 0", w(300),
             "ttft-exporter target down: {{ $labels.instance }}",
-            f"Prometheus cannot scrape {{{{ $labels.instance }}}} of job {job_name}: TTFT "
-            f"dashboards and alerts are blind for the processes behind it.", config),
+            "Prometheus cannot scrape {{ $labels.instance }} of job {{ $labels.job }}: TTFT "
+            "dashboards and alerts are blind for the processes behind it.", config),
         _alert(
-            "TTFTExporterAbsent", TICKET, f"absent({selector('up', job)})", w(300),
-            f"ttft-exporter not scraped: no target of job {job_name}",
-            f"Prometheus has no scrape target of job {job_name} (alerting.exporter_job): "
-            f"TTFT dashboards and alerts are blind.", config),
+            "TTFTExporterAbsent", TICKET, f"absent({up})", w(300),
+            "ttft-exporter not scraped: no target matches " + up,
+            f"Prometheus has no scrape target matching {up} (alerting.exporter_job and "
+            f"alerting.selector): TTFT dashboards and alerts are blind.", config),
         _alert(
             "TTFTExporterDroppingSamples", TICKET,
-            f"sum by (job, instance, {names.REASON}) (rate({names.SELF_DROPS}[{w(600)}])) > 0",
+            f"sum by (job, instance, {names.REASON}) "
+            f"(rate({selector(names.SELF_DROPS, scope)}[{w(600)}])) > 0",
             w(600), "ttft-exporter drops samples ({{ $labels.reason }}): {{ $labels.instance }}",
             f"{{{{ $labels.instance }}}} drops {_VALUE_2F} samples per second for reason "
             f"{{{{ $labels.reason }}}}: the metrics undercount.", config),
@@ -313,7 +425,7 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
         rules.append(_alert(
             "TTFTExporterTenantFolding", TICKET,
             f"sum by (job, instance, {by(MODEL_ROUTE)}) "
-            f"(rate({names.SELF_TENANT_FOLDS}[{w(900)}])) > 0", w(900),
+            f"(rate({selector(names.SELF_TENANT_FOLDS, scope)}[{w(900)}])) > 0", w(900),
             f"Tenants folded into {names.OTHER_TENANT}: {per}",
             f"{_VALUE_2F} calls per second of {per} are recorded under tenant "
             f"{names.OTHER_TENANT} on {{{{ $labels.instance }}}}: the model and route have more "

@@ -13,10 +13,12 @@ from typing import Mapping
 
 from . import names
 
-#: Classic ``le`` layout in seconds: fine where SLOs live (10 ms to 120 s).
+#: Classic ``le`` layout in seconds: fine where SLOs live (10 ms to 120 s), then coarse up to
+#: `histograms.max_seconds`, so a quantile above an SDK's timeout is a value, not the top bucket.
 DEFAULT_SECONDS_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0,
-    4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0,
+    4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1800.0,
+    3600.0,
 )
 #: Classic ``le`` layout for token counts (input, output, cached input).
 DEFAULT_TOKEN_BUCKETS: tuple[float, ...] = (
@@ -78,6 +80,15 @@ class HistogramConfig:
     max_tokens: int = 10_000_000
     seconds_buckets: tuple[float, ...] = DEFAULT_SECONDS_BUCKETS
     token_buckets: tuple[float, ...] = DEFAULT_TOKEN_BUCKETS
+    #: Schema of the native buckets served over protobuf (-4..8; 2^schema buckets per power
+    #: of two). 5: buckets 2.2 % wide, quantiles within 3 % (docs/decisions.md, native.py).
+    native_schema: int = 5
+    #: A histogram with more populated native buckets is served at a coarser schema.
+    native_max_buckets: int = 320
+    #: Send the classic buckets in the protobuf format too (scrapers that ingest them: classic
+    #: consumers of protobuf, `scrape_classic_histograms`). Off: only buckets carrying an
+    #: exemplar (Prometheus 2.42 reads exemplars there), 37 % fewer bytes.
+    protobuf_classic_buckets: bool = True
 
 
 @dataclass(frozen=True)
@@ -118,15 +129,35 @@ class AlertingConfig:
     nominal windows, so dashboards and alerts refer to the same names at any scale.
     """
 
-    #: Base of every alert's `runbook_url`; the alert's anchor is appended.
-    runbook_url: str = "docs/runbooks.md"
-    #: Prometheus `job` label of the exporter's scrape target (exporter-down alert, dashboards).
+    #: Base of every alert's `runbook_url` and of the panels' runbook links, absolute (an
+    #: alert is read far from this repository); the section's anchor is appended.
+    runbook_url: str = ("https://github.com/ttft-exporter/ttft-exporter/blob/main/docs/"
+                        "runbooks.md")
+    #: Prometheus `job` of the exporter's scrape target: a name, or a regular expression
+    #: matching several. Every rule selects it; the exporter-down alerts watch it.
     exporter_job: str = "ttft-exporter"
+    #: Extra PromQL matchers every rule selects, e.g. `namespace="prod"`.
+    selector: str = ""
+    #: Labels every SLI, recording and alert keeps besides model and route, so that two
+    #: releases or services never record the same series.
+    group_by: tuple[str, ...] = ("job",)
+    #: `severity` label of the page and of the ticket alerts.
+    page_severity: str = "critical"
+    ticket_severity: str = "warning"
+    #: SLO alerts stay quiet while a model and route made fewer calls than this over the
+    #: alert's long window (a handful of calls cannot tell a burn rate).
+    min_calls: int = 20
+    #: The period an error budget is spent over (the budget panels, Sloth's period recordings).
+    slo_period_seconds: float = 2592000.0
+    #: `sloth_service` label of the Sloth-compatible recordings.
+    service: str = "llm"
     window_scale: float = 1.0
     #: "Same time last week": baseline of the TTFT p99 and connect-phase regression alerts.
     regression_offset_seconds: float = 604800.0
     regression_factor: float = 1.5  # p99 now / p99 at the offset that counts as a regression
     regression_min_seconds: float = 0.05  # and the p99 must have grown by at least this much
+    #: Window of each tenant's TTFT p99 (a tenant needs calls in it to be compared).
+    tenant_window_seconds: float = 300.0
     #: Baseline of the per-tenant comparison (noisy neighbour vs one tenant's own prompts/cache).
     tenant_baseline_offset_seconds: float = 3600.0
     tenant_degraded_factor: float = 1.5  # a tenant's p99 now / p99 at the baseline
@@ -138,6 +169,14 @@ class AlertingConfig:
     task_deadline_overrun_share: float = 0.05
     #: Share of a model and route's calls stopped at max_tokens before the truncation alert.
     truncation_share: float = 0.02
+
+
+@dataclass(frozen=True)
+class DashboardsConfig:
+    """Which histograms the generated dashboards and rules read: `classic` (`le` buckets) or
+    `native` (Prometheus native histograms, scraped over protobuf; docs/metrics.md)."""
+
+    histograms: str = "classic"  # classic | native
 
 
 @dataclass(frozen=True)
@@ -203,6 +242,7 @@ class Config:
     slos: tuple[SLO, ...] = (SLO(),)
     push_url: str = ""
     alerting: AlertingConfig = AlertingConfig()
+    dashboards: DashboardsConfig = DashboardsConfig()
     push: PushConfig = PushConfig()
     aggregator: AggregatorConfig = AggregatorConfig()
     otel: OtelConfig = OtelConfig()
@@ -216,9 +256,18 @@ class Config:
                     out.add(objective.threshold_seconds)
         return tuple(sorted(out))
 
+    def objective_thresholds(self, objective: str) -> tuple[float, ...]:
+        """Thresholds in seconds of one latency objective (`ttft`, `first_answer_token`,
+        `stall`) over every SLO entry, ascending."""
+        found = {getattr(slo, objective).threshold_seconds for slo in self.slos}
+        return tuple(sorted(t for t in found if t is not None))
+
     def seconds_buckets(self) -> tuple[float, ...]:
-        """The classic `le` layout actually served: configured buckets plus every SLO threshold."""
-        return tuple(sorted(set(self.histograms.seconds_buckets) | set(self.slo_thresholds())))
+        """The classic `le` layout actually served: configured buckets up to `max_seconds`
+        (the default layout reaches 3600 s) plus every SLO threshold."""
+        top = self.histograms.max_seconds
+        kept = {b for b in self.histograms.seconds_buckets if b <= top}
+        return tuple(sorted(kept | set(self.slo_thresholds())))
 
     def family_has_tenant(self, family: names.Family) -> bool:
         if names.MODEL not in family.base:  # agent-task families: per task only

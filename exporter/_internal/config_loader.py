@@ -25,13 +25,14 @@ from typing import Any, Mapping
 import yaml
 
 from . import names
-from .config import (SLO, AggregatorConfig, AlertingConfig, Config, ConfigError, HistogramConfig,
-                     LabelConfig, Objective, OtelConfig, PushConfig, ServerConfig, WindowConfig)
+from .config import (SLO, AggregatorConfig, AlertingConfig, Config, ConfigError,
+                     DashboardsConfig, HistogramConfig, LabelConfig, Objective, OtelConfig,
+                     PushConfig, ServerConfig, WindowConfig)
 
 _SECTIONS: dict[str, type] = {
     "server": ServerConfig, "labels": LabelConfig, "histograms": HistogramConfig,
-    "window": WindowConfig, "alerting": AlertingConfig, "push": PushConfig,
-    "aggregator": AggregatorConfig, "otel": OtelConfig,
+    "window": WindowConfig, "alerting": AlertingConfig, "dashboards": DashboardsConfig,
+    "push": PushConfig, "aggregator": AggregatorConfig, "otel": OtelConfig,
 }
 _OBJECTIVES = ("ttft", "first_answer_token", "stall", "errors")
 #: More values than this in a config (after YAML aliases are expanded) is not a config.
@@ -278,12 +279,19 @@ def _check(config: Config, e: _Report) -> None:
             "must be 1, 2 or 3")
     e.check(hist.max_seconds < 1, "histograms.max_seconds", "must be at least 1")
     e.check(hist.max_tokens < 1000, "histograms.max_tokens", "must be at least 1000")
+    e.check(not -4 <= hist.native_schema <= 8, "histograms.native_schema",
+            f"must be between -4 and 8 (Prometheus' exponential schemas), got "
+            f"{hist.native_schema}")
+    e.check(hist.native_max_buckets < 8, "histograms.native_max_buckets", "must be at least 8")
     for key in ("seconds_buckets", "token_buckets"):
         bounds = getattr(hist, key)
         e.check(not bounds, f"histograms.{key}", "must not be empty")
         e.check(bool(bounds) and (list(bounds) != sorted(set(bounds)) or bounds[0] <= 0),
                 f"histograms.{key}", "must be positive and strictly increasing")
-    if hist.seconds_buckets and hist.seconds_buckets[-1] > hist.max_seconds:
+    # The default layout reaches 3600 s; with a smaller max_seconds it is cut there
+    # (Config.seconds_buckets), so only buckets the user wrote can exceed it.
+    if hist.seconds_buckets and hist.seconds_buckets[-1] > hist.max_seconds and \
+            "histograms.seconds_buckets" in e.written:
         at = e.blame("histograms.seconds_buckets", "histograms.max_seconds")
         e.check(True, at, f"the largest bucket ({hist.seconds_buckets[-1]:g} s) exceeds "
                           f"histograms.max_seconds ({hist.max_seconds:g} s)",
@@ -296,6 +304,8 @@ def _check(config: Config, e: _Report) -> None:
                 f"must be strictly between 0 and 1, got {q:g}")
     _check_slos(config, e)
     _check_alerting(config.alerting, e)
+    e.check(config.dashboards.histograms not in ("classic", "native"), "dashboards.histograms",
+            f"must be classic or native, got {_short(config.dashboards.histograms)}")
     e.check(bool(config.push_url) and not config.push_url.startswith(("http://", "https://")),
             "push_url", "must be an http:// or https:// URL")
     _check_push(config.push, config.aggregator, e)
@@ -325,9 +335,20 @@ def _check_slos(config: Config, e: _Report) -> None:
 
 
 def _check_alerting(al: AlertingConfig, e: _Report) -> None:
-    for key in ("runbook_url", "exporter_job"):
+    for key in ("exporter_job", "page_severity", "ticket_severity", "service"):
         e.check(not getattr(al, key), f"alerting.{key}", "must not be empty")
-    for key in ("window_scale", "regression_offset_seconds", "tenant_baseline_offset_seconds"):
+    e.check(not al.runbook_url.startswith(("http://", "https://")), "alerting.runbook_url",
+            "must be an absolute http(s) URL")
+    for i, label in enumerate(al.group_by):
+        e.check(not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label), f"alerting.group_by[{i}]",
+                f"not a label name: {_short(label)}")
+    e.check(any(c in al.selector for c in "{}"), "alerting.selector",
+            "label matchers only, without braces")
+    e.check(al.min_calls < 1, "alerting.min_calls", "must be at least 1")
+    e.check(al.slo_period_seconds < 86400, "alerting.slo_period_seconds",
+            "must be at least a day (86400)")
+    for key in ("window_scale", "regression_offset_seconds", "tenant_window_seconds",
+                "tenant_baseline_offset_seconds"):
         e.check(getattr(al, key) <= 0, f"alerting.{key}", "must be positive")
     e.check(al.regression_min_seconds < 0, "alerting.regression_min_seconds",
             "must not be negative")

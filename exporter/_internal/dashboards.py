@@ -1,33 +1,45 @@
-"""The four Grafana dashboards of LLM calls: what each panel shows, and the panel builders.
+"""The four Grafana dashboards of LLM calls: which model, route or tenant is slow, and why.
 
-Each dashboard answers one set of questions on-call asks (is the SLO met, where does the time
-go, is it one tenant or all, are streams healthy); the fifth, agent tasks, is built from the
-same panel builders in agent_dashboard.py. The grafanalib classes that render them in
-the current Grafana model are in grafana.py. Queries come from exporter.names and the PromQL
-builders of promql.py, which the rules use too, so a panel can never disagree with an alert.
+Each dashboard answers one set of questions on-call asks (is the SLO met and where is it
+missed, where does the time go, is it one tenant or all, are streams healthy). Panels over the
+selection aggregate the selected models and routes; panels that compare them break down by
+model and route (or tenant) and show the top 10. Quantiles are drawn only where calls were
+made (never NaN), counters show 0 rather than nothing, the error budget is the SLO period's
+(Sloth's recordings), and every panel links its runbook section. Queries come from
+exporter.names and promql.py, which the rules use too, so a panel cannot disagree with an alert.
+The fifth, agent tasks, is built the same way in agent_dashboard.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import attr
 from grafanalib import core
 
 from . import names, promql
 from .config import Config
-from .grafana import (BASE, SCHEMA_VERSION, BarGauge, BucketHeatmap, Dashboard, PromTarget, Row,
-                      Stat, TimeSeries, Variable, step)
-from .promql import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
+from .grafana import SCHEMA_VERSION, Dashboard, Row, Variable, step
+from .panels import (RATE, TOP, Queries, bargauge, heatmap, layout, rate, stat, sum_by,
+                     target, timeseries, top)
+from .promql import MODEL_ROUTE, by, eq, indent, num, regex, selector
 
 TAGS = ["ttft-exporter", "llm"]
-RATE = "$__rate_interval"
-RANGE = "$__range"
-ROW_HEIGHT = 8
+MR_LEGEND = "{{model}} {{route}}"
+ALL_TENANTS = " All tenants: this family has no tenant label (labels.tenant_families adds it)."
 
-# --- panel builders ---------------------------------------------------------------------------
+# Runbook sections (docs/runbooks.md headings) the panels link to.
+TTFT_FAST, FIRST_FAST, ERRORS = ("LLMTTFTBudgetBurnFast", "LLMFirstAnswerBudgetBurnFast",
+                                 "LLMErrorBudgetBurnFast")
+STALLS, TIMEOUTS, REGRESSION = "LLMStreamStallsHigh", "LLMTimeoutRateHigh", "LLMTTFTP99Regression"
+CONNECT, MANY, ONE = "LLMConnectPhaseRegression", "LLMTTFTManyTenantsDegraded", \
+    "LLMTTFTTenantDegraded"
+DOWN, FOLDING, DROPS = "TTFTExporterDown", "TTFTExporterTenantFolding", \
+    "TTFTExporterDroppingSamples"
+SURGE = "Incident: long-prompt prefill surge"
+COLD = "Incident: prompt cache gone cold after idling"
+NOISY = "Incident: noisy neighbour freezing every stream"
+ROUTE_CHANGE = "Incident: silent route change to a farther region"
 
 
 @dataclass(frozen=True)
@@ -41,11 +53,11 @@ class Spec:
 
 
 OVERVIEW = Spec("ttft-overview", "LLM TTFT: overview",
-                "TTFT and first answer token against their SLOs, error budget, latency "
-                "quantiles, distribution, outcomes and calls in flight.")
+                "TTFT and first answer token against their SLOs, the error budget over the SLO "
+                "period, the slowest models and routes, outcomes and errors.")
 PHASES = Spec("ttft-phases", "LLM TTFT: where the time goes",
-              "Call phases (queue, connect, send, server, prefill, reasoning, decode), TTFT per "
-              "1k uncached input tokens and the prompt-cache share.")
+              "Call phases (queue, connect, send, server, prefill, reasoning, decode), prefill "
+              "per 1k uncached input tokens, prompt sizes and the prompt-cache share.")
 TENANTS = Spec("ttft-tenants", "LLM TTFT: tenants and noisy neighbours",
                "Slowest tenants now, the share of tenants slower than an hour ago (one tenant: "
                "its prompts or cache; all tenants: the provider or a neighbour), tenant folding.")
@@ -59,359 +71,328 @@ AGENTS = Spec("ttft-agent-tasks", "LLM agent tasks: where a task's time goes",
 SPECS = (OVERVIEW, PHASES, TENANTS, STREAM, AGENTS)
 
 
-def target(expr: str, legend: str = "", *, instant: bool = False,
-           fmt: str = core.TIME_SERIES_TARGET_FORMAT) -> PromTarget:
-    """A query; range queries over the buckets of a family with exemplars show them."""
-    exemplar = not instant and any(f"{f.name}_bucket" in expr for f in names.WINDOWED)
-    return PromTarget(expr=expr, legendFormat=legend, instant=instant, format=fmt,
-                      exemplar=exemplar)
-
-
-def _with_ref_ids(targets: Sequence[PromTarget]) -> list[PromTarget]:
-    return [attr.evolve(t, refId=chr(ord("A") + i)) for i, t in enumerate(targets)]
-
-
-def timeseries(title: str, description: str, targets: Sequence[PromTarget], unit: str, *,
-               thresholds: list[dict[str, Any]] | None = None, stacked: bool = False
-               ) -> TimeSeries:
-    return TimeSeries(
-        title=title, description=description, targets=_with_ref_ids(targets), unit=unit,
-        thresholds=thresholds or BASE, thresholdsStyleMode="line" if thresholds else "off",
-        stacking={"group": "A", "mode": "normal"} if stacked else {"group": "A", "mode": "none"},
-        fillOpacity=40 if stacked else 0, legendDisplayMode="table", legendPlacement="right",
-        legendCalcs=["lastNotNull", "max"], tooltipMode="multi", tooltipSort="desc")
-
-
-def stat(title: str, description: str, expr: str, legend: str, unit: str,
-         thresholds: list[dict[str, Any]]) -> Stat:
-    return Stat(title=title, description=description,
-                targets=_with_ref_ids([target(expr, legend, instant=True)]), format=unit,
-                color={"mode": "thresholds"}, decimals=2, thresholds=thresholds,
-                reduceCalc="lastNotNull", graphMode="none", colorMode="background",
-                noValue="no calls")
-
-
-def heatmap(title: str, description: str, family: names.Family, matchers: Sequence[str]
-            ) -> BucketHeatmap:
-    expr = f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{RATE}]))"
-    return BucketHeatmap(title=title, description=description, thresholds=BASE,
-                         targets=_with_ref_ids([target(expr, "{{le}}", fmt="heatmap")]))
-
-
-def bargauge(title: str, description: str, expr: str, legend: str,
-             thresholds: list[dict[str, Any]]) -> BarGauge:
-    return BarGauge(title=title, description=description, thresholds=thresholds,
-                    targets=_with_ref_ids([target(expr, legend, instant=True)]))
-
-
-def layout(panels: Sequence[tuple[core.Panel, int]]) -> list[core.Panel]:
-    """Place (panel, width) pairs left to right on Grafana's 24-column grid; a row starts a line."""
-    out: list[core.Panel] = []
-    x = y = 0
-    for i, (panel, width) in enumerate(panels, start=1):
-        if x and (isinstance(panel, Row) or x + width > 24):
-            x, y = 0, y + ROW_HEIGHT
-        height = 1 if isinstance(panel, Row) else ROW_HEIGHT
-        out.append(attr.evolve(panel, id=i, gridPos={"h": height, "w": width, "x": x, "y": y}))
-        if isinstance(panel, Row):
-            y += height
-        else:
-            x += width
-    return out
-
-
-# --- the dashboards ---------------------------------------------------------------------------
-
-
-class _Queries:
-    """PromQL of the panels for one config: template-variable matchers and SLO unions."""
-
-    def __init__(self, config: Config):
-        self.config = config
-        self.scopes = promql.scopes(config)
-
-    def vars(self, family: names.Family | None = None) -> list[str]:
-        """Matchers for $model, $route and, when the family carries it, $tenant.
-
-        `family=None` means llm_client_requests_total, which always carries tenant.
-        """
-        out = [regex(names.MODEL, "$model"), regex(names.ROUTE, "$route")]
-        if family is None or self.config.family_has_tenant(family):
-            out.append(regex(names.TENANT, "$tenant"))
-        return out
-
-    def mr(self) -> list[str]:
-        return [regex(names.MODEL, "$model"), regex(names.ROUTE, "$route")]
-
-    def attainment(self, sli: str, family: names.Family) -> str:
-        """Share of calls that met objective `sli` over the selected range, per SLO scope."""
-        ratios = (promql.sli_good_ratio(sli, s, RANGE, self.vars(family)) for s in self.scopes)
-        return "\nor\n".join(f"(\n{indent(ratio)}\n)" for ratio in ratios)
-
-    def budget_left(self, sli: str, family: names.Family) -> str:
-        """1 - (misses / allowed misses) over the selected range, per SLO scope."""
-        parts = []
-        for s in self.scopes:
-            ratio = promql.sli_error_ratio(sli, s, RANGE, self.vars(family))
-            parts.append(f"1 - (\n{indent(ratio)}\n) / {num(1 - getattr(s.slo, sli).target)}")
-        return "\nor\n".join(parts)
-
-    def burn(self, sli: str, window: int) -> str:
-        record = promql.sli_record(window)
-        return "\nor\n".join(
-            f"{selector(record, [eq('sli', sli), eq('slo', s.id), *self.mr()])} "
-            f"/ {num(1 - getattr(s.slo, sli).target)}" for s in self.scopes)
-
-    def quantiles(self, family: names.Family, labels: Sequence[str], qs: Sequence[float],
-                  legend: str) -> list[PromTarget]:
-        return [target(quantile(q, family, labels, RATE, self.vars(family)),
-                       f"p{num(q * 100)} {legend}") for q in qs]
-
-
-def _rate(metric: str, matchers: Sequence[str], window: str = RATE) -> str:
-    return f"rate({selector(metric, matchers)}[{window}])"
-
-
-def _sum(labels: Sequence[str], inner: str) -> str:
-    return f"sum by ({by(labels)}) ({inner})"
-
-
-MR_LEGEND = "{{model}} {{route}}"
-
-
-def overview(config: Config) -> list[core.Panel]:
-    q, default = _Queries(config), config.slos[0]
+def overview(config: Config, q: Queries) -> list[core.Panel]:
+    default = config.slos[0]
     ttft_t, fat_t = default.ttft.threshold_seconds, default.first_answer_token.threshold_seconds
     attain = [step("red"), step("green", default.ttft.target)]
-    budget = [step("red"), step("orange", 0), step("green", 0.25)]
+    budget = [step("red"), step("orange", 0.001), step("green", 0.25)]
+    period = promql.duration(config.alerting.slo_period_seconds)
     scope_note = ("Each (model, route) is held to the SLO entry that applies to it "
-                  "(thresholds and targets from the config).")
+                  "(thresholds and targets from the config); the worst 10 are shown.")
     burn_steps = [step("green"), step("orange", promql.PAGE_BURN[1].factor),
                   step("red", promql.PAGE_BURN[0].factor)]
+    outcomes = sum_by([names.OUTCOME], rate(names.REQUESTS_TOTAL, q.vars()))
+    bad = "|".join(promql.ERROR_OUTCOMES)
+    errors = sum_by([*MODEL_ROUTE, names.PROVIDER, names.OUTCOME], rate(
+        names.REQUESTS_TOTAL, [regex(names.OUTCOME, bad), *q.vars()]))
+    in_flight = sum_by(MODEL_ROUTE, selector(names.REQUESTS_IN_FLIGHT, q.mr()))
     return layout([
-        (Row(title="Service level (selected time range)"), 24),
+        (Row(title=f"Service level (attainment: selected range; budget: the {period} SLO "
+                   f"period)"), 24),
         (stat("TTFT SLO attainment",
               f"Share of calls whose first token came within the TTFT threshold (default "
-              f"{num(ttft_t)}s). {scope_note}",
-              q.attainment("ttft", names.TTFT), MR_LEGEND, "percentunit", attain), 6),
-        (stat("TTFT error budget remaining",
-              f"1 - misses / allowed misses over the selected range; below 0 the range spent "
-              f"more than its budget. {scope_note}",
-              q.budget_left("ttft", names.TTFT), MR_LEGEND, "percentunit", budget), 6),
+              f"{num(ttft_t)}s) over the selected range. {scope_note}",
+              q.attainment("ttft", names.TTFT), MR_LEGEND, "percentunit", q.runbook(TTFT_FAST),
+              attain), 6),
+        (stat(f"TTFT error budget remaining ({period})",
+              f"1 - misses / allowed misses over the SLO period ({period}, from the rules' "
+              f"recordings); 0 means exhausted. {scope_note}",
+              q.budget_left("ttft"), MR_LEGEND, "percentunit", q.runbook(TTFT_FAST), budget), 6),
         (stat("First answer token SLO attainment",
               f"Share of calls whose first non-reasoning token came within the threshold "
-              f"(default {num(fat_t)}s). {scope_note}",
+              f"(default {num(fat_t)}s) over the selected range. {scope_note}",
               q.attainment("first_answer_token", names.FIRST_ANSWER), MR_LEGEND, "percentunit",
+              q.runbook(FIRST_FAST),
               [step("red"), step("green", default.first_answer_token.target)]), 6),
-        (stat("First answer token error budget remaining",
-              "1 - misses / allowed misses over the selected range.",
-              q.budget_left("first_answer_token", names.FIRST_ANSWER), MR_LEGEND, "percentunit",
-              budget), 6),
-        (timeseries("TTFT error budget burn rate",
+        (stat(f"First answer token error budget remaining ({period})",
+              f"1 - misses / allowed misses over the SLO period ({period}); 0 means "
+              f"exhausted. {scope_note}",
+              q.budget_left("first_answer_token"), MR_LEGEND, "percentunit",
+              q.runbook(FIRST_FAST), budget), 6),
+        (timeseries("TTFT error budget burn rate (top 5 per window)",
                     "How many times faster than sustainable the TTFT budget burns, from the "
                     "recording rules (all tenants). The fast-burn page needs 14.4× over 1h "
                     "(and 5m) or 6× over 6h (and 30m).",
-                    [target(q.burn("ttft", 3600), "1h " + MR_LEGEND),
-                     target(q.burn("ttft", 21600), "6h " + MR_LEGEND)], "x",
-                    thresholds=burn_steps), 24),
-        (Row(title="Latency"), 24),
+                    [target(q.burn("ttft", 3600, 5), "1h " + MR_LEGEND),
+                     target(q.burn("ttft", 21600, 5), "6h " + MR_LEGEND)], "x",
+                    q.runbook(TTFT_FAST), thresholds=burn_steps), 24),
+        (Row(title="Latency of the selection"), 24),
         (timeseries("TTFT p50 / p90 / p99",
-                    "Time from the SDK call to the first output token of any kind.",
-                    q.quantiles(names.TTFT, MODEL_ROUTE, (0.5, 0.9, 0.99), MR_LEGEND), "s",
+                    "Time from the SDK call to the first output token of any kind, over every "
+                    "selected model, route and tenant.",
+                    q.quantiles(names.TTFT, (0.5, 0.9, 0.99)), "s", q.runbook(TTFT_FAST),
                     thresholds=[step("green"), step("red", ttft_t)]), 12),
         (timeseries("First answer token p50 / p90 / p99",
                     "Time to the first token that is not reasoning: what users of reasoning "
                     "models wait for.",
-                    q.quantiles(names.FIRST_ANSWER, MODEL_ROUTE, (0.5, 0.9, 0.99), MR_LEGEND),
-                    "s", thresholds=[step("green"), step("red", fat_t)]), 12),
+                    q.quantiles(names.FIRST_ANSWER, (0.5, 0.9, 0.99)), "s",
+                    q.runbook(FIRST_FAST), thresholds=[step("green"), step("red", fat_t)]), 12),
+        (Row(title="Which model and route"), 24),
+        (timeseries("TTFT p99 by model and route (top 10)",
+                    "The slowest models and routes by TTFT p99: one line rising alone points at "
+                    "that route's prompts, its region or that model's fleet.",
+                    [target(q.top_quantile(0.99, names.TTFT), MR_LEGEND)], "s",
+                    q.runbook(REGRESSION), thresholds=[step("green"), step("red", ttft_t)]), 12),
+        (timeseries("First answer token p99 by model and route (top 10)",
+                    "The slowest models and routes to the first non-reasoning token.",
+                    [target(q.top_quantile(0.99, names.FIRST_ANSWER), MR_LEGEND)], "s",
+                    q.runbook(FIRST_FAST), thresholds=[step("green"), step("red", fat_t)]), 12),
         (heatmap("TTFT distribution",
-                 "Calls per TTFT bucket and interval, from the exporter's classic buckets.",
-                 names.TTFT, q.vars(names.TTFT)), 24),
-        (Row(title="Traffic"), 24),
-        (timeseries("Calls by outcome", "Calls per second that ended with each outcome.",
-                    [target(_sum([names.OUTCOME], _rate(names.REQUESTS_TOTAL, q.vars())),
-                            "{{outcome}}")], "reqps", stacked=True), 12),
-        (timeseries("Calls in flight", "Calls between start and end right now.",
-                    [target(_sum(MODEL_ROUTE, selector(names.REQUESTS_IN_FLIGHT, q.mr())),
-                            MR_LEGEND)], "short"), 12),
+                 f"Calls per TTFT bucket and interval, from the exporter's "
+                 f"{'native' if q.native else 'classic'} buckets.",
+                 names.TTFT, q.vars(names.TTFT), q.runbook(TTFT_FAST), q.native), 24),
+        (Row(title="Traffic and errors"), 24),
+        (timeseries("Calls by outcome", "Calls per second of the selection by how they ended.",
+                    [target(outcomes, "{{outcome}}")], "reqps", q.runbook(ERRORS),
+                    stacked=True), 8),
+        (timeseries("Errors and timeouts by model, route and provider (top 10)",
+                    "Calls per second that ended with an error or a timeout; 0 where a model "
+                    "and route had calls and none failed.",
+                    [target(top(f"(\n{indent(q.or_zero(errors))}\n)"),
+                            "{{outcome}} {{model}} {{route}} {{provider}}")], "reqps",
+                    q.runbook(ERRORS)), 8),
+        (timeseries("Calls in flight by model and route (top 10)",
+                    "Calls between start and end right now (all tenants).",
+                    [target(top(in_flight), MR_LEGEND)], "short", q.runbook(ERRORS)), 8),
     ])
 
 
-def phases(config: Config) -> list[core.Panel]:
-    q, fam = _Queries(config), names.PHASE_FAMILY
-    mr, tok = q.mr(), names.INPUT_TOKENS.name
-    mean_phase = (f"{_sum([names.PHASE], _rate(fam.name + '_sum', q.vars(fam)))}\n"
-                  f"/ {_sum([names.PHASE], _rate(fam.name + '_count', q.vars(fam)))}")
-    mean_ttft = (f"{_sum(MODEL_ROUTE, _rate(names.TTFT.name + '_sum', mr))}\n"
-                 f"/ {_sum(MODEL_ROUTE, _rate(names.TTFT.name + '_count', mr))}")
-    cached = _sum(MODEL_ROUTE, _rate(names.CACHED_INPUT_TOKENS.name + "_sum", mr))
-    inputs = _sum(MODEL_ROUTE, _rate(tok + "_sum", mr))
+def phases(config: Config, q: Queries) -> list[core.Panel]:
+    fam, mr = names.PHASE_FAMILY, q.mr()
+    tok, cached_fam = names.INPUT_TOKENS, names.CACHED_INPUT_TOKENS
+
+    def phase_sel(phase: str | None = None) -> list[str]:
+        return [*([eq(names.PHASE, phase)] if phase else []), *q.vars(fam)]
+
+    mean_phase = (f"{sum_by([names.PHASE], q.hrate(fam, 'sum', phase_sel()))}\n"
+                  f"/ ({sum_by([names.PHASE], q.hrate(fam, 'count', phase_sel()))} > 0)")
+    prefill = phase_sel("prefill")
+    mean_prefill = (f"{sum_by(MODEL_ROUTE, q.hrate(fam, 'sum', prefill))}\n"
+                    f"/ ({sum_by(MODEL_ROUTE, q.hrate(fam, 'count', prefill))} > 0)")
+    inputs = sum_by(MODEL_ROUTE, q.hrate(tok, "sum", q.vars(tok)))
+    cached = sum_by(MODEL_ROUTE, q.hrate(cached_fam, "sum", q.vars(cached_fam)))
     uncached_mean = (f"(\n  {inputs}\n  - ({cached} or 0 * {inputs})\n)\n"
-                     f"/ {_sum(MODEL_ROUTE, _rate(tok + '_count', mr))}")
-    return layout([
-        (Row(title="Phases of a call"), 24),
+                     f"/ ({sum_by(MODEL_ROUTE, q.hrate(tok, 'count', q.vars(tok)))} > 0)")
+    tokens_note = "" if config.family_has_tenant(tok) else ALL_TENANTS
+    panels = [
+        (Row(title="Phases of a call (selection; all tenants)"), 24),
         (timeseries("Mean time per phase",
-                    "Mean of each phase, stacked: queue (client-side waiting), connect (DNS, "
-                    "TCP, TLS), send, server (until response headers), prefill (headers to "
-                    "first token), reasoning (to the first answer token), decode.",
-                    [target(mean_phase, "{{phase}}")], "s", stacked=True), 12),
+                    "Mean of each phase over the selected models and routes, stacked: queue "
+                    "(client-side waiting), connect (DNS, TCP, TLS), send, server (until "
+                    "response headers), prefill (headers to first token), reasoning (to the "
+                    "first answer token), decode." + ALL_TENANTS,
+                    [target(mean_phase, "{{phase}}")], "s", q.runbook(TTFT_FAST),
+                    stacked=True), 12),
         (timeseries("p99 per phase",
-                    "p99 of each phase by model and route. Network phases moving while model "
-                    "phases stay flat means a route or region change.",
-                    [target(quantile(0.99, fam, (*MODEL_ROUTE, names.PHASE), RATE,
-                                     q.vars(fam)), "{{phase}} " + MR_LEGEND)], "s"), 12),
-        (Row(title="Prompt size and prompt cache (all tenants)"), 24),
-        (timeseries("TTFT per 1k uncached input tokens",
-                    "Mean TTFT divided by the mean uncached input tokens per call, × 1000. "
-                    "Flat while TTFT grows: longer prompts (prefill). Rising: the provider.",
-                    [target(f"(\n{indent(mean_ttft)}\n)\n/ (\n{indent(uncached_mean)}\n)\n"
-                            f"* 1000", MR_LEGEND)], "s"), 8),
-        (timeseries("Cached share of input tokens",
-                    "Input tokens served from the provider's prompt cache. A drop with "
-                    "rising TTFT: cold cache (tenant idle, cache evicted).",
-                    [target(f"{cached}\n/ {inputs}", MR_LEGEND)], "percentunit"), 8),
-        (timeseries("Input tokens per call",
-                    "p50 and p99 of the prompt size from the provider's usage.",
-                    q.quantiles(names.INPUT_TOKENS, MODEL_ROUTE, (0.5, 0.99), MR_LEGEND),
-                    "short"), 8),
-    ])
+                    "p99 of each phase over the selected models and routes: network phases "
+                    "moving while model phases stay flat means a route or region change."
+                    + ALL_TENANTS,
+                    [target(top(q.quantile(0.99, fam, [names.PHASE], phase_sel())),
+                            "{{phase}}")], "s",
+                    q.runbook(ROUTE_CHANGE)), 12),
+        (Row(title="Which model and route"), 24),
+        (timeseries("Connect p99 by model and route (top 10)",
+                    "DNS, TCP and TLS: a step here with flat model time is a route or region "
+                    "change (calls on a reused connection connect in 0)." + ALL_TENANTS,
+                    [target(q.top_quantile(0.99, fam, matchers=phase_sel("connect")),
+                            MR_LEGEND)], "s", q.runbook(CONNECT)), 8),
+        (timeseries("Server p99 by model and route (top 10)",
+                    "Request sent to response headers: the provider's queue, and the round "
+                    "trip to its region." + ALL_TENANTS,
+                    [target(q.top_quantile(0.99, fam, matchers=phase_sel("server")),
+                            MR_LEGEND)], "s", q.runbook(ROUTE_CHANGE)), 8),
+        (timeseries("Prefill p99 by model and route (top 10)",
+                    "Headers to the first token: grows with uncached prompt tokens, and for "
+                    "every tenant of a model when a neighbour holds its batch." + ALL_TENANTS,
+                    [target(q.top_quantile(0.99, fam, matchers=prefill), MR_LEGEND)], "s",
+                    q.runbook(SURGE)), 8),
+        (Row(title="Prompt size and prompt cache"), 24),
+        (timeseries("Prefill per 1k uncached input tokens (top 10)",
+                    "Mean prefill phase divided by the mean uncached input tokens per call, "
+                    "× 1000. Flat while prefill grows: longer or less cached prompts. Rising: "
+                    "the provider is slower per token." + ALL_TENANTS,
+                    [target(top(f"(\n{indent(mean_prefill)}\n)\n/ ((\n{indent(uncached_mean)}"
+                                 f"\n) > 0)\n* 1000"), MR_LEGEND)], "s", q.runbook(SURGE)), 8),
+        (timeseries("Cached share of input tokens (lowest 10)",
+                    "Input tokens served from the provider's prompt cache. A drop with rising "
+                    "prefill: cold cache (tenant idle, cache evicted)." + tokens_note,
+                    [target(top(f"{cached}\n/ ({inputs} > 0)", bottom=True), MR_LEGEND)],
+                    "percentunit", q.runbook(COLD)), 8),
+        (timeseries("Input tokens per call p99 by route (top 10)",
+                    "p99 of the prompt size from the provider's usage: a surge on one route "
+                    "is longer prompts there." + tokens_note,
+                    [target(q.top_quantile(0.99, tok, (names.ROUTE,)), "{{route}}")], "short",
+                    q.runbook(SURGE)), 8),
+    ]
+    if config.family_has_tenant(tok) and config.family_has_tenant(cached_fam):
+        cached_by = sum_by([names.TENANT], q.hrate(cached_fam, "sum", q.vars(cached_fam)))
+        by_tenant = (f"{cached_by}\n/ ({sum_by([names.TENANT], q.hrate(tok, 'sum', q.vars(tok)))}"
+                     f" > 0)")
+        panels.append((timeseries(
+            "Cached share of input tokens by tenant (lowest 10)",
+            "One tenant dropping alone: its cache went cold (it idled longer than the provider "
+            "keeps a cache, or its prompts changed).",
+            [target(top(by_tenant, bottom=True), "{{tenant}}")], "percentunit",
+            q.runbook(COLD)), 24))
+    return layout(panels)
 
 
-def tenants(config: Config) -> list[core.Panel]:
-    q, al = _Queries(config), config.alerting
+def tenants(config: Config, q: Queries) -> list[core.Panel]:
+    al = config.alerting
     n = promql.Names.of(al)
-    top = al.top_tenants
     tenant_by = (*MODEL_ROUTE, names.TENANT)
     p99 = eq(names.QUANTILE, promql.le(0.99))
     window = f"{num(config.window.seconds)}s"
     other = selector(names.REQUESTS_TOTAL, [eq(names.TENANT, names.OTHER_TENANT), *q.mr()])
-    all_calls = _sum(MODEL_ROUTE, _rate(names.REQUESTS_TOTAL, q.mr()))
+    all_calls = sum_by(MODEL_ROUTE, rate(names.REQUESTS_TOTAL, q.mr()))
     degraded = (f"TTFT p99 at least {num(al.tenant_degraded_factor)}× the same tenant's p99 "
                 f"{promql.duration(al.tenant_baseline_offset_seconds)} earlier")
     slow = [step("green"), step("red", config.slos[0].ttft.threshold_seconds)]
+    tenant_p99 = selector(n.tenant_p99, [*q.recorded(), regex(names.TENANT, "$tenant")])
+    folds = sum_by(MODEL_ROUTE, rate(names.SELF_TENANT_FOLDS, q.mr()))
+    slower = q.or_zero(selector(n.tenants_degraded_ratio, q.recorded()))
     return layout([
         (Row(title="Right now"), 24),
-        (bargauge(f"Top {top} tenants by TTFT p99 (last {window})",
+        (bargauge(f"Top {TOP} tenants by TTFT p99 (last {window})",
                   "Exact p99 over the exporter's sliding window (HDR), per tenant.",
-                  f"topk({top}, max by ({by(tenant_by)}) "
-                  f"({selector(names.TTFT.window_name, [p99, *q.vars(names.TTFT)])}))",
-                  "{{tenant}} {{model}} {{route}}", slow), 8),
-        (bargauge(f"Top {top} tenants by stall p99 (last {window})",
+                  top(f"max by ({by(tenant_by)}) "
+                       f"({selector(names.TTFT.window_name, [p99, *q.vars(names.TTFT)])})"),
+                  "{{tenant}} {{model}} {{route}}", q.runbook(ONE), slow), 8),
+        (bargauge(f"Top {TOP} tenants by stall p99 (last {window})",
                   "Exact p99 of the longest gap between tokens of a call, per tenant.",
-                  f"topk({top}, max by ({by(tenant_by)}) "
-                  f"({selector(names.STALL.window_name, [p99, *q.vars(names.STALL)])}))",
-                  "{{tenant}} {{model}} {{route}}",
+                  top(f"max by ({by(tenant_by)}) "
+                       f"({selector(names.STALL.window_name, [p99, *q.vars(names.STALL)])})"),
+                  "{{tenant}} {{model}} {{route}}", q.runbook(NOISY),
                   [step("green"), step("red", config.slos[0].stall.threshold_seconds)]), 8),
         (timeseries("Share of tenants slower than before",
-                    f"Share of a model and route's tenants with {degraded}. One tenant: its "
-                    f"own prompts or prompt cache. Most tenants at once: the provider or a "
-                    f"noisy neighbour in its batch (alert at "
+                    f"Share of a model and route's tenants with {degraded}; 0 where none is. "
+                    f"One tenant: its own prompts or prompt cache. Most tenants at once: the "
+                    f"provider or a noisy neighbour in its batch (alert at "
                     f"{promql.percent(al.many_tenants_share)}).",
-                    [target(selector(n.tenants_degraded_ratio, q.mr()), MR_LEGEND)],
-                    "percentunit",
+                    [target(top(f"(\n{indent(slower)}\n)"), MR_LEGEND)], "percentunit",
+                    q.runbook(MANY),
                     thresholds=[step("green"), step("red", al.many_tenants_share)]), 8),
         (Row(title="Over time"), 24),
-        (timeseries("TTFT p99 by tenant",
-                    "All tenants moving together points at the provider, one alone at the "
-                    "tenant.",
-                    [target(quantile(0.99, names.TTFT, [names.TENANT], RATE,
-                                     q.vars(names.TTFT)), "{{tenant}}")], "s"), 12),
-        (timeseries("Stall p99 by tenant",
+        (timeseries("TTFT p99 by tenant (top 10)",
+                    "Each tenant's TTFT p99 over 5 minutes, from the rules' recording (tenants "
+                    "with calls only). All tenants moving together points at the provider, one "
+                    "alone at the tenant.",
+                    [target(top(f"max by ({names.TENANT}) ({tenant_p99})"), "{{tenant}}")],
+                    "s", q.runbook(ONE)), 12),
+        (timeseries("Stall p99 by tenant (top 10)",
                     "Head-of-line blocking in the provider's batch shows as stalls for all "
                     "tenants of a model at once.",
-                    [target(quantile(0.99, names.STALL, [names.TENANT], RATE,
-                                     q.vars(names.STALL)), "{{tenant}}")], "s"), 12),
+                    [target(q.top_quantile(0.99, names.STALL, [names.TENANT]), "{{tenant}}")],
+                    "s", q.runbook(NOISY)), 12),
         (Row(title=f"Tenant folding into {names.OTHER_TENANT}"), 24),
-        (timeseries("Calls folded per second",
+        (timeseries("Calls folded per second (top 10)",
                     f"Calls recorded under {names.OTHER_TENANT} because the model and route "
-                    f"already hold labels.max_tenants ({config.labels.max_tenants}) tenants.",
-                    [target(_sum(MODEL_ROUTE, _rate(names.SELF_TENANT_FOLDS, q.mr())),
-                            MR_LEGEND)], "reqps"), 12),
-        (timeseries(f"Share of calls under {names.OTHER_TENANT}",
+                    f"already hold labels.max_tenants ({config.labels.max_tenants}) tenants; 0 "
+                    f"where none folded.",
+                    [target(top(f"(\n{indent(q.or_zero(folds))}\n)"), MR_LEGEND)], "reqps",
+                    q.runbook(FOLDING)), 12),
+        (timeseries(f"Share of calls under {names.OTHER_TENANT} (top 10)",
                     "The part of the traffic the per-tenant panels cannot attribute.",
-                    [target(f"(\n  {_sum(MODEL_ROUTE, f'rate({other}[{RATE}])')}\n"
-                            f"  or 0 * {all_calls}\n)\n/ {all_calls}", MR_LEGEND)],
-                    "percentunit"), 12),
+                    [target(top(f"(\n  {sum_by(MODEL_ROUTE, f'rate({other}[{RATE}])')}\n"
+                                 f"  or 0 * {all_calls}\n)\n/ ({all_calls} > 0)"), MR_LEGEND)],
+                    "percentunit", q.runbook(FOLDING)), 12),
     ])
 
 
-def stream_health(config: Config) -> list[core.Panel]:
-    q, labels = _Queries(config), config.labels
+def stream_health(config: Config, q: Queries) -> list[core.Panel]:
+    labels = config.labels
     stopped = "|".join((names.ABANDONED, names.CANCELLED, names.TIMEOUT))
-    stopped_calls = _rate(names.REQUESTS_TOTAL, [regex(names.OUTCOME, stopped), *q.vars()])
-    share = (f"{_sum([names.OUTCOME], stopped_calls)}\n"
-             f"/ ignoring ({names.OUTCOME}) group_left\n"
-             f"sum({_rate(names.REQUESTS_TOTAL, q.vars())})")
-    job = [eq("job", config.alerting.exporter_job)]
+    stopped_calls = rate(names.REQUESTS_TOTAL, [regex(names.OUTCOME, stopped), *q.vars()])
+    total = f"sum({rate(names.REQUESTS_TOTAL, q.vars())})"
+    share = (f"(\n  {sum_by([names.OUTCOME], stopped_calls)}\n"
+             f"  or label_replace(0 * {total}, \"{names.OUTCOME}\", \"none\", \"\", \"\")\n)\n"
+             f"/ ignoring ({names.OUTCOME}) group_left ()\n({total} > 0)")
+    job = [regex("job", "$job")]
+    drops = sum_by([names.REASON], rate(names.SELF_DROPS, job))
     return layout([
-        (Row(title="Streaming"), 24),
+        (Row(title="Streaming (selection)"), 24),
         (timeseries("Inter-token latency p50 / p99",
-                    "Each gap between consecutive token events after the first.",
-                    q.quantiles(names.ITL, MODEL_ROUTE, (0.5, 0.99), MR_LEGEND), "s"), 8),
+                    "Each gap between consecutive token events after the first." + ALL_TENANTS,
+                    q.quantiles(names.ITL, (0.5, 0.99)), "s", q.runbook(NOISY)), 8),
         (heatmap("Longest stall per call",
                  "Distribution of each call's largest gap between tokens.",
-                 names.STALL, q.vars(names.STALL)), 8),
+                 names.STALL, q.vars(names.STALL), q.runbook(STALLS), q.native), 8),
         (timeseries("Time per output token p50 / p99",
-                    "(last token - first token) / (output tokens - 1), per call.",
-                    q.quantiles(names.TPOT, MODEL_ROUTE, (0.5, 0.99), MR_LEGEND), "s"), 8),
+                    "(last token - first token) / (output tokens - 1), per call." + ALL_TENANTS,
+                    q.quantiles(names.TPOT, (0.5, 0.99)), "s", q.runbook(STALLS)), 8),
+        (Row(title="Which model and route"), 24),
+        (timeseries("Inter-token latency p99 by model and route (top 10)",
+                    "A model whose every stream slows at once: a neighbour holds its batch."
+                    + ALL_TENANTS,
+                    [target(q.top_quantile(0.99, names.ITL), MR_LEGEND)], "s",
+                    q.runbook(NOISY)), 12),
+        (timeseries("Stall p99 by model and route (top 10)",
+                    "The longest gap of a call, p99: freezes of the provider's batch.",
+                    [target(q.top_quantile(0.99, names.STALL), MR_LEGEND)], "s",
+                    q.runbook(STALLS),
+                    thresholds=[step("green"),
+                                step("red", config.slos[0].stall.threshold_seconds)]), 12),
         (Row(title="Calls that did not finish"), 24),
         (timeseries("Abandoned, cancelled and timed-out calls",
-                    "Share of all calls: abandoned (the consumer stopped reading), cancelled "
-                    "(the caller cancelled), timeout (the client gave up).",
-                    [target(share, "{{outcome}}")], "percentunit"), 24),
+                    "Share of the selection's calls: abandoned (the consumer stopped reading), "
+                    "cancelled (the caller cancelled), timeout (the client gave up); `none` "
+                    "at 0 when every call finished.",
+                    [target(share, "{{outcome}}")], "percentunit", q.runbook(TIMEOUTS)), 24),
         (Row(title="Exporter"), 24),
-        (stat("Exporter targets up", "Scrape targets of the exporter's job that answer.",
-              f"sum({selector('up', job)})", "", "short", [step("red"), step("green", 1)]), 4),
+        (stat("Exporter targets up", "Scrape targets of the selected jobs that answer.",
+              f"sum({selector('up', job)})", "", "short", q.runbook(DOWN),
+              [step("red"), step("green", 1)]), 4),
         (stat("Series held", "Histogram series in the exporter, against labels.max_series.",
-              f"sum({names.SELF_SERIES})", "", "short",
+              f"sum({selector(names.SELF_SERIES, job)})", "", "short", q.runbook(DROPS),
               [step("green"), step("orange", 0.8 * labels.max_series),
                step("red", labels.max_series)]), 4),
         (timeseries("Scrape render time",
                     "Time the previous scrape took to render (budget 50 ms at 1,000 series).",
-                    [target(f"max by (instance) ({names.SELF_SCRAPE_DURATION})",
-                            "{{instance}}")], "s", thresholds=[step("green"), step("red", 0.05)]),
-         16),
-        (timeseries("Tenant folds per second",
-                    f"Calls recorded under tenant {names.OTHER_TENANT}.",
-                    [target(_sum(MODEL_ROUTE, _rate(names.SELF_TENANT_FOLDS, q.mr())),
-                            MR_LEGEND)], "reqps"), 12),
+                    [target(f"max by (instance) ({selector(names.SELF_SCRAPE_DURATION, job)})",
+                            "{{instance}}")], "s", q.runbook(DOWN),
+                    thresholds=[step("green"), step("red", 0.05)]), 16),
         (timeseries("Drops per second by reason",
                     "Values or series the exporter did not record (series limit, bad values, "
-                    "bad labels, internal errors).",
-                    [target(_sum([names.REASON], _rate(names.SELF_DROPS, [])), "{{reason}}")],
-                    "reqps"), 12),
+                    "bad labels, internal errors); 0 while it drops none.",
+                    [target(f"{drops}\nor label_replace(0 * sum({selector('up', job)}), "
+                            f"\"{names.REASON}\", \"none\", \"\", \"\")", "{{reason}}")],
+                    "reqps", q.runbook(DROPS)), 24),
     ])
 
 
 BUILDERS = {OVERVIEW: overview, PHASES: phases, TENANTS: tenants, STREAM: stream_health}
 
 
-def variables(*extra: Variable) -> list[Variable]:
-    """datasource, `extra`, then model, route and tenant, each narrowed by the ones before."""
+def variables(with_tenant: bool, *extra: Variable) -> list[Variable]:
+    """datasource, then job, model, route and (where a panel uses it) tenant, each narrowed by
+    the ones before it, then `extra`."""
     out = [Variable(name="datasource", label="Data source", query="prometheus",
-                    type="datasource"), *extra]
+                    type="datasource")]
     narrowing: list[str] = []
-    for label in (names.MODEL, names.ROUTE, names.TENANT):
+    wanted = ("job", names.MODEL, names.ROUTE, *((names.TENANT,) if with_tenant else ()))
+    for label in wanted:
         query = f"label_values({selector(names.REQUESTS_TOTAL, narrowing)}, {label})"
         out.append(Variable(name=label, label=label.capitalize(), query=query))
         narrowing.append(regex(label, f"${label}"))
-    return out
+    return [*out, *extra]
 
 
-def dashboard(spec: Spec, config: Config, panels: list[core.Panel] | None = None,
-              templating: list[Variable] | None = None) -> Dashboard:
-    """One dashboard (of BUILDERS unless `panels` are given), linked to the others (keeping
-    time range and variables)."""
+def dashboard(spec: Spec, config: Config,
+              build: Callable[[Config, Queries], list[core.Panel]] | None = None,
+              extra: Sequence[Variable] = ()) -> Dashboard:
+    """One dashboard (its panels from BUILDERS, or `build`), linked to the others (keeping time
+    range and variables); `extra` variables follow the usual ones."""
     links = [core.DashboardLink(type="link", title=other.title, uri=f"/d/{other.uid}",
                                 icon="dashboard", includeVars=True, keepTime=True)
              for other in SPECS if other is not spec]
+    queries = Queries(config)
+    panels = (build or BUILDERS[spec])(config, queries)
     return Dashboard(
         title=spec.title, uid=spec.uid, tags=TAGS, schemaVersion=SCHEMA_VERSION,
-        description=spec.purpose, panels=BUILDERS[spec](config) if panels is None else panels,
-        links=links, editable=True,
+        description=spec.purpose, panels=panels, links=links, editable=True,
         refresh=config.alerting.dashboard_refresh, time=core.Time("now-3h", "now"),
         graphTooltip=core.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        templating=core.Templating(list=templating or variables()))
+        templating=core.Templating(list=variables(queries.uses_tenant, *extra)))
 
 
 def dashboards(config: Config) -> dict[str, Dashboard]:

@@ -6,14 +6,16 @@ only the series that changed since the previous scrape (and the window quantiles
 slid) and joins cached strings. Its caches are its own: the recorder hands out snapshots and
 knows nothing of text. tests/test_exposition.py proves the bytes equal prometheus_client's (from
 families.py), in the text format and in OpenMetrics, and pins a few by hand from the formats'
-specifications.
+specifications. The protobuf exposition (native histograms) shares the cache: a series changed
+since the last scrape is rendered in the format asked for, its other formats are marked stale
+and rendered from a fresh snapshot when asked for (protobuf_exposition.py builds the bytes).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from prometheus_client.core import Metric
 
@@ -23,24 +25,37 @@ from .families import counter_families, render_family, window_help, window_quant
 from .histogram import Histogram
 from .recorder import FamilyState, Recorder, Series
 
+if TYPE_CHECKING:
+    from .protobuf_exposition import Encoder
+
 #: Families rendered after the recorder's (the aggregator's self-metrics).
 ExtraFamilies = Callable[[], list[Metric]]
 
 
+#: A series' histogram and SLO-count metrics, serialized (protobuf_exposition.Encoder).
+_Protobuf = tuple[bytes, bytes]
+
+
 class _Cached:
     """A series' rendered lines: the histogram (OpenMetrics differs only by exemplars), and the
-    window quantiles with the slice they were computed for."""
+    window quantiles with the slice they were computed for; the same in protobuf. `text` or
+    `protobuf` is None while stale (the series changed during a scrape of the other format)."""
 
-    __slots__ = ("labels", "count", "total", "text", "openmetrics", "window", "window_slice")
+    __slots__ = ("labels", "pairs", "count", "total", "text", "openmetrics", "window",
+                 "window_slice", "protobuf", "protobuf_window", "protobuf_window_slice")
 
-    def __init__(self, labels: str):
+    def __init__(self, labels: str, pairs: list[tuple[str, str]]):
         self.labels = labels
+        self.pairs = pairs
         self.count = 0  # of the histogram snapshot the text shows (the window lines repeat it)
         self.total = 0
-        self.text = ""
+        self.text: str | None = ""
         self.openmetrics = ""
         self.window = ""
         self.window_slice = -1
+        self.protobuf: _Protobuf | None = None
+        self.protobuf_window = b""
+        self.protobuf_window_slice = -1
 
 
 class Renderer:
@@ -56,6 +71,7 @@ class Renderer:
             name: [textformat.number(state.family.to_unit(b)) for b in state.layout.boundaries]
             + ["+Inf"] for name, state in recorder.families.items()}
         self._cache: dict[Series, _Cached] = {}
+        self._encoder: Encoder | None = None  # built at the first protobuf scrape
         self._lock = threading.Lock()  # one render at a time: the caches are not shared-safe
 
     def reset_lock_after_fork(self) -> None:
@@ -68,6 +84,23 @@ class Renderer:
             self.last_scrape_seconds = time.perf_counter() - started
             return body
 
+    def render_protobuf(self) -> bytes:
+        """The delimited protobuf exposition, with native histograms."""
+        with self._lock:
+            started = time.perf_counter()
+            body = self._render_protobuf()
+            self.last_scrape_seconds = time.perf_counter() - started
+            return body
+
+    def _current(self, series_list: list[Series], protobuf: bool) -> list[_Cached]:
+        """The cache entries of these series, rendered afresh where unseen or stale."""
+        cache = self._cache
+        stale = [series for series in series_list if series not in cache or (
+            cache[series].protobuf is None if protobuf else cache[series].text is None)]
+        if stale:  # changed before this renderer existed, while it rendered, or in another format
+            self._update(self.recorder.snapshot_of(stale), protobuf, changed=False)
+        return [cache[series] for series in series_list]
+
     def _render(self, openmetrics: bool) -> bytes:
         rec = self.recorder
         changed, current_slice = rec.take_changed()
@@ -77,14 +110,11 @@ class Renderer:
             fam = state.family
             out.append(textformat.header(fam.name, fam.help, "histogram", openmetrics))
             series_list = list(state.series.values())
-            unseen = [series for series in series_list if series not in self._cache]
-            if unseen:  # changed before this renderer existed, or while it rendered
-                self._update(rec.snapshot_of(unseen))
-            cache = [self._cache[series] for series in series_list]
+            cache = self._current(series_list, protobuf=False)
             if openmetrics:
-                out.extend(c.openmetrics or c.text for c in cache)
+                out.extend(c.openmetrics or c.text or "" for c in cache)
             else:
-                out.extend(c.text for c in cache)
+                out.extend(c.text or "" for c in cache)
             if state.windowed:
                 out.append(textformat.header(fam.window_name, window_help(rec, fam), "summary",
                                              openmetrics))
@@ -102,18 +132,69 @@ class Renderer:
             out.append("# EOF\n")
         return "".join(out).encode("utf-8")
 
-    def _update(self, snapshot: list[tuple[Series, Histogram, dict[int, Exemplar] | None]]
-                ) -> None:
-        """Render the histogram lines of these series afresh (their window lines follow)."""
+    def _render_protobuf(self) -> bytes:
+        from .protobuf_exposition import delimited, header, small_family
+
+        rec = self.recorder
+        changed, current_slice = rec.take_changed()
+        self._update(changed, protobuf=True)
+        out: list[bytes] = []
+        slo_parts: dict[str, list[bytes]] = {}
+        quantiles = rec.config.window.quantiles
+        for state in rec.families.values():
+            fam = state.family
+            series_list = list(state.series.values())
+            cache = self._current(series_list, protobuf=True)
+            out.append(delimited(header(fam.name, fam.help, "histogram"),
+                                 [c.protobuf[0] for c in cache if c.protobuf]))
+            slo_parts[fam.name] = [c.protobuf[1] for c in cache if c.protobuf]
+            if state.windowed:
+                for series, cached in zip(series_list, cache):
+                    if cached.protobuf_window_slice != current_slice:
+                        values = window_quantiles(rec, state, series, current_slice)
+                        cached.protobuf_window = self.encoder.window(
+                            cached.pairs, quantiles, values, cached.count,
+                            fam.to_unit(cached.total))
+                        cached.protobuf_window_slice = current_slice
+                out.append(delimited(header(fam.window_name, window_help(rec, fam), "summary"),
+                                     [c.protobuf_window for c in cache]))
+        for name, fam in self.encoder.slo_families():
+            out.append(delimited(header(name, _slo_help(fam), "counter"), slo_parts[fam.name]))
+        families = counter_families(rec, self.last_scrape_seconds)
+        if self.extra is not None:
+            families += self.extra()
+        out.extend(small_family(family) for family in families)
+        return b"".join(out)
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            from .protobuf_exposition import Encoder
+
+            self._encoder = Encoder(self.recorder.config, self.recorder.schema.families)
+        return self._encoder
+
+    def _update(self, snapshot: list[tuple[Series, Histogram, dict[int, Exemplar] | None]],
+                protobuf: bool = False, changed: bool = True) -> None:
+        """Render these series afresh in one format (their window lines follow); when they
+        `changed`, the other format is stale."""
         for series, hist, exemplars in snapshot:
             cached = self._cache.get(series)
             if cached is None:
                 pairs = list(zip(series.state.label_names, series.values))
-                cached = self._cache[series] = _Cached(textformat.labels(pairs))
-            cached.text, cached.openmetrics = self._histogram_text(series, cached.labels, hist,
-                                                                   exemplars)
+                cached = self._cache[series] = _Cached(textformat.labels(pairs), pairs)
+            if protobuf:
+                cached.protobuf = self.encoder.histogram(series.state.family, cached.pairs,
+                                                         hist, exemplars)
+                if changed:
+                    cached.text = None
+            else:
+                cached.text, cached.openmetrics = self._histogram_text(
+                    series, cached.labels, hist, exemplars)
+                if changed:
+                    cached.protobuf = None
             cached.count, cached.total = hist.count, hist.total
-            cached.window_slice = -1  # its window changed too
+            cached.window_slice = cached.protobuf_window_slice = -1  # its window changed too
 
     def _histogram_text(self, series: Series, labels: str, hist: Histogram,
                         exemplars: dict[int, Exemplar] | None) -> tuple[str, str]:
@@ -154,3 +235,8 @@ class Renderer:
         lines.append(f"{name}_count{{{labels}}} {textformat.count(cached.count)}\n")
         lines.append(f"{name}_sum{{{labels}}} {textformat.number(fam.to_unit(cached.total))}\n")
         return "".join(lines)
+
+
+def _slo_help(fam: names.Family) -> str:
+    return (f"Calls whose {fam.name} value was at or under le seconds, at each SLO threshold "
+            f"(le=\"+Inf\": every call); served with the native histogram.")

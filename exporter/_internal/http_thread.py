@@ -12,13 +12,15 @@ import asyncio
 import socket
 import ssl
 import threading
-from typing import TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from aiohttp import web
 
 from .connection_guard import ConnectionGuard, GuardedSite, Limits
 
 _Self = TypeVar("_Self", bound="HttpThread")
+_T = TypeVar("_T")
 
 
 def address(host: str, port: int) -> str:
@@ -97,6 +99,10 @@ class HttpThread:
             self.stop()
             raise
         return self
+
+    def call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run `coroutine` on the server's loop (from another thread) and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def stop(self) -> None:
         """Stop serving and end the thread; does nothing when not running."""

@@ -279,24 +279,35 @@ PUSH_APPLIED = "applied"
 PUSH_DUPLICATE = "duplicate"
 PUSH_RESULTS: tuple[str, ...] = (PUSH_APPLIED, PUSH_DUPLICATE)
 
-# --- OpenTelemetry GenAI names these map to (docs/tracing.md) -------------------------------------
+# --- OpenTelemetry GenAI names (docs/tracing.md: which version of the conventions) ------------
 OTEL_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 OTEL_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
 OTEL_OPERATION_DURATION = "gen_ai.client.operation.duration"
-OTEL_TOKEN_USAGE = "gen_ai.client.token.usage"
+#: Token counters (they replace the `gen_ai.client.token.usage` histogram) ...
+OTEL_USAGE_INPUT_TOKENS = "gen_ai.client.inference.usage.input_tokens"
+OTEL_USAGE_OUTPUT_TOKENS = "gen_ai.client.inference.usage.output_tokens"
+OTEL_USAGE_CACHE_READ_TOKENS = "gen_ai.client.inference.usage.cache_read.input_tokens"
+OTEL_USAGE_REASONING_TOKENS = "gen_ai.client.inference.usage.reasoning.output_tokens"
+#: ... and the per-operation token histograms.
+OTEL_OPERATION_INPUT_TOKENS = "gen_ai.client.inference.operation.input_tokens"
+OTEL_OPERATION_OUTPUT_TOKENS = "gen_ai.client.inference.operation.output_tokens"
 
-# Span attributes: the GenAI semantic conventions, then this project's own.
+# Span and metric attributes: the GenAI semantic conventions, then this project's own.
 ATTR_OPERATION = "gen_ai.operation.name"
 ATTR_PROVIDER = "gen_ai.provider.name"
 ATTR_REQUEST_MODEL = "gen_ai.request.model"
 ATTR_RESPONSE_MODEL = "gen_ai.response.model"
 ATTR_REQUEST_STREAM = "gen_ai.request.stream"
+ATTR_RESPONSE_ID = "gen_ai.response.id"
+ATTR_FINISH_REASONS = "gen_ai.response.finish_reasons"
 ATTR_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 ATTR_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 ATTR_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ATTR_CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
-ATTR_TOKEN_TYPE = "gen_ai.token.type"
+ATTR_REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+ATTR_TOKEN_MODALITY = "gen_ai.token.modality"
 ATTR_SERVER_ADDRESS = "server.address"
+ATTR_SERVER_PORT = "server.port"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_ROUTE = "ttft_exporter.route"
 ATTR_TENANT = "ttft_exporter.tenant"
@@ -317,3 +328,17 @@ ATTR_TASK_PREFIX = "ttft_exporter.task."  # + steps, duration, time.<kind>, crit
 #: Span events at the phase boundaries, each at its real time (no per-chunk events).
 SPAN_EVENTS: tuple[str, ...] = ("dispatched", "connected", "sent", "headers", "first_token",
                                 "first_answer_token", "last_token")
+
+# --- SLO counts served beside native histograms (protobuf exposition) ----------------------------
+#: Latency objective (the config key of an SLO entry) -> the family its threshold applies to.
+SLO_FAMILIES: dict[str, Family] = {"ttft": TTFT, "first_answer_token": FIRST_ANSWER,
+                                   "stall": STALL}
+
+
+def slo_calls_name(family: Family) -> str:
+    """Counter of a family's calls at or under each SLO threshold (`le`; "+Inf": every call).
+
+    Served with native histograms, which Prometheus stores without the classic `le` buckets, so
+    SLO ratios stay exact counts (docs/decisions.md).
+    """
+    return family.name.removesuffix("_seconds") + "_slo_calls_total"

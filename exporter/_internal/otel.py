@@ -1,10 +1,13 @@
 """OpenTelemetry: one span per call with phase events, and the GenAI client metrics.
 
-The span starts when the call starts (so its context can travel in the request's
-`traceparent` and its trace id can become the exemplar of the call's buckets) and is finished
-from the call timeline: the GenAI semantic-convention attributes, this project's route, tenant,
-outcome and phase attributes, and one event per phase boundary at its real time (monotonic
-stamps mapped onto the wall clock at the call's start). No per-chunk span events.
+Names, attributes and recording rules follow the OpenTelemetry GenAI semantic conventions
+(docs/tracing.md says which version). The span starts when the call starts (so its context can
+travel in the request's `traceparent` and its trace id can become the exemplar of the call's
+buckets) and is finished from the call timeline: the GenAI attributes, this project's route,
+tenant, outcome and phase attributes, and one event per phase boundary at its real time
+(monotonic stamps mapped onto the wall clock at the call's start). No per-chunk span events.
+Time to first chunk exists only for streamed calls; time per output chunk is recorded once per
+chunk after the first.
 
 Nothing happens unless the app installed an SDK `TracerProvider` (or `MeterProvider`): the
 default no-op providers cost one `isinstance` per call.
@@ -13,7 +16,8 @@ default no-op providers cost one `isinstance` per call.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry import context, metrics, trace
 from opentelemetry.propagate import inject
@@ -27,6 +31,14 @@ _NO_SPAN_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 #: Meter providers that record nothing: the no-op one and the API's proxy (its class is private).
 _NO_METER_PROVIDER_NAMES = frozenset({"NoOpMeterProvider", "_ProxyMeterProvider"})
 
+
+#: The conventions' advised bucket boundaries (genai_views replaces the seconds ones with the
+#: exporter's SLO-aligned layout).
+SECONDS_BOUNDARIES = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                      40.96, 81.92)
+TOKEN_BOUNDARIES = tuple(4 ** k for k in range(14))  # 1, 4, 16, ..., 67108864
+#: `gen_ai.token.modality` of the token metrics: the providers' usage has no breakdown.
+MODALITY_UNKNOWN = "unknown"
 
 _tracers: dict[int, tuple[Any, Any]] = {}
 
@@ -51,18 +63,20 @@ class CallSpan:
 
     __slots__ = ("span", "_wall_minus_mono")
 
-    def __init__(self, t: CallTimeline, operation: str = "chat"):
+    def __init__(self, t: CallTimeline, operation: str = "chat", provider: str | None = None):
+        """`provider`: the call's `gen_ai.provider.name` (default: its provider label)."""
         self.span: Any = None
         self._wall_minus_mono = 0
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, _NO_SPAN_PROVIDERS):
+        tracer_provider = trace.get_tracer_provider()
+        if isinstance(tracer_provider, _NO_SPAN_PROVIDERS):
             return
         self._wall_minus_mono = time.time_ns() - t.start
-        attributes = {names.ATTR_OPERATION: operation, names.ATTR_PROVIDER: t.provider,
+        attributes = {names.ATTR_OPERATION: operation,
+                      names.ATTR_PROVIDER: provider or t.provider,
                       names.ATTR_REQUEST_MODEL: t.model, names.ATTR_ROUTE: t.route}
         if t.tenant:
             attributes[names.ATTR_TENANT] = t.tenant
-        self.span = _tracer(provider).start_span(
+        self.span = _tracer(tracer_provider).start_span(
             f"{operation} {t.model}", kind=SpanKind.CLIENT, attributes=attributes,
             start_time=t.start + self._wall_minus_mono)
         context = self.span.get_span_context()
@@ -98,12 +112,17 @@ class CallSpan:
                                  names.ATTR_OUTCOME: t.outcome or names.OK}
         if attributes:
             attrs.update(attributes)
+        reasons = attrs.get(names.ATTR_FINISH_REASONS)
+        if reasons is not None:
+            attrs[names.ATTR_FINISH_REASONS] = tuple(reasons)
         for key, value in ((names.ATTR_INPUT_TOKENS, t.input_tokens),
                            (names.ATTR_OUTPUT_TOKENS, t.output_tokens),
-                           (names.ATTR_CACHE_READ_TOKENS, t.cached_input_tokens)):
+                           (names.ATTR_CACHE_READ_TOKENS, t.cached_input_tokens),
+                           (names.ATTR_REASONING_TOKENS, t.reasoning_output_tokens)):
             if value is not None:
                 attrs[key] = value
-        for key, value in ((names.ATTR_TIME_TO_FIRST_CHUNK, d.ttft),
+        for key, value in ((names.ATTR_TIME_TO_FIRST_CHUNK,
+                            d.ttft if streamed(t, attrs) else None),
                            (names.ATTR_TIME_TO_FIRST_ANSWER, d.first_answer),
                            (names.ATTR_STALL, d.stall)):
             if value is not None:
@@ -157,6 +176,12 @@ class TaskSpan:
         span.end(end_time=end_ns)
 
 
+def streamed(t: CallTimeline, attributes: Mapping[str, Any]) -> bool:
+    """Whether the call streamed its answer: chunks were seen, and the request (when known)
+    asked for a stream. A non-streamed body has no first chunk of its own."""
+    return bool(t.token_times) and attributes.get(names.ATTR_REQUEST_STREAM) is not False
+
+
 class GenAIMetrics:
     """The GenAI client metrics, through the app's MeterProvider (config `otel.metrics`)."""
 
@@ -172,39 +197,72 @@ class GenAIMetrics:
                 self._instruments = ()
             else:
                 meter = provider.get_meter(_SCOPE)
+
+                def seconds(name: str) -> Any:
+                    return meter.create_histogram(
+                        name, unit="s", explicit_bucket_boundaries_advisory=SECONDS_BOUNDARIES)
+
+                def tokens(name: str) -> Any:
+                    return meter.create_histogram(
+                        name, unit="{token}",
+                        explicit_bucket_boundaries_advisory=TOKEN_BOUNDARIES)
+
                 self._instruments = (
-                    meter.create_histogram(names.OTEL_OPERATION_DURATION, unit="s"),
-                    meter.create_histogram(names.OTEL_TIME_TO_FIRST_CHUNK, unit="s"),
-                    meter.create_histogram(names.OTEL_TIME_PER_OUTPUT_CHUNK, unit="s"),
-                    meter.create_histogram(names.OTEL_TOKEN_USAGE, unit="{token}"))
+                    seconds(names.OTEL_OPERATION_DURATION),
+                    seconds(names.OTEL_TIME_TO_FIRST_CHUNK),
+                    seconds(names.OTEL_TIME_PER_OUTPUT_CHUNK),
+                    tokens(names.OTEL_OPERATION_INPUT_TOKENS),
+                    tokens(names.OTEL_OPERATION_OUTPUT_TOKENS),
+                    *(meter.create_counter(name, unit="{token}") for name in (
+                        names.OTEL_USAGE_INPUT_TOKENS, names.OTEL_USAGE_OUTPUT_TOKENS,
+                        names.OTEL_USAGE_CACHE_READ_TOKENS, names.OTEL_USAGE_REASONING_TOKENS)))
         return self._instruments
 
-    def record(self, t: CallTimeline, d: Derived, operation: str = "chat") -> None:
+    def record(self, t: CallTimeline, d: Derived, provider: str, requested_model: str,
+               attributes: Mapping[str, Any], operation: str = "chat") -> None:
+        """One finished call: its duration; for a stream its first chunk and each chunk after
+        it; its tokens per operation and as usage counters (0 when the provider reported none,
+        as the conventions ask, including for failed calls)."""
         instruments = self._ensure()
         if not instruments:
             return
-        duration, first_chunk, per_chunk, usage = instruments
-        attrs = {names.ATTR_OPERATION: operation, names.ATTR_PROVIDER: t.provider,
-                 names.ATTR_REQUEST_MODEL: t.model, names.ATTR_ROUTE: t.route}
+        (duration, first_chunk, per_chunk, op_input, op_output, use_input, use_output,
+         use_cached, use_reasoning) = instruments
+        attrs: dict[str, Any] = {
+            names.ATTR_OPERATION: operation, names.ATTR_PROVIDER: provider,
+            names.ATTR_REQUEST_MODEL: requested_model, names.ATTR_RESPONSE_MODEL: t.model,
+            names.ATTR_ROUTE: t.route}
+        for key in (names.ATTR_SERVER_ADDRESS, names.ATTR_SERVER_PORT):
+            if key in attributes:
+                attrs[key] = attributes[key]
+        failed = dict(attrs)
         if t.outcome not in (None, names.OK, names.ABANDONED):
-            attrs[names.ATTR_ERROR_TYPE] = t.outcome
+            failed[names.ATTR_ERROR_TYPE] = t.outcome
         if d.duration is not None:
-            duration.record(d.duration / 1e6, attrs)
-        if d.ttft is not None:
-            first_chunk.record(d.ttft / 1e6, attrs)
-        if d.tpot is not None:
-            per_chunk.record(d.tpot / 1e6, attrs)
-        for kind, value in (("input", t.input_tokens), ("output", t.output_tokens)):
-            if value is not None:
-                usage.record(value, {**attrs, names.ATTR_TOKEN_TYPE: kind})
+            duration.record(d.duration / 1e6, failed)
+        if streamed(t, attributes):
+            if d.ttft is not None:
+                first_chunk.record(d.ttft / 1e6, attrs)
+            for gap in d.gaps:  # each chunk after the first
+                per_chunk.record(gap / 1e6, attrs)
+        op_input.record(t.input_tokens or 0, failed)
+        op_output.record(t.output_tokens or 0, failed)
+        usage = {**attrs, names.ATTR_TOKEN_MODALITY: MODALITY_UNKNOWN}
+        use_input.add(t.input_tokens or 0, usage)
+        use_output.add(t.output_tokens or 0, usage)
+        if t.cached_input_tokens is not None:
+            use_cached.add(t.cached_input_tokens, usage)
+        if t.reasoning_output_tokens is not None:
+            use_reasoning.add(t.reasoning_output_tokens, usage)
 
 
 def genai_views(seconds_buckets: tuple[float, ...]) -> list[Any]:
     """Views giving the GenAI time histograms SLO-aligned buckets.
 
-    The semantic conventions advise doubling buckets (…, 0.64, 1.28, 2.56 s): a 1 s or 2 s SLO
-    threshold falls inside a bucket and its attainment cannot be computed. Pass these views to
-    `MeterProvider(views=...)`, with the exporter's own layout (`Config().seconds_buckets()`).
+    The instruments advise the conventions' doubling buckets (…, 0.64, 1.28, 2.56 s): a 1 s or
+    2 s SLO threshold falls inside a bucket and its attainment cannot be computed. Pass these
+    views to `MeterProvider(views=...)`, with the exporter's own layout
+    (`Config().seconds_buckets()`), to replace them.
     """
     from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 

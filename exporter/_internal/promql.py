@@ -8,14 +8,25 @@ rules themselves (and alert-only policy) are in alerts.py, the panels in dashboa
 metric name comes from exporter.names; the recording rules' own names follow Prometheus'
 `level:metric:operation` convention and keep their nominal windows at any `window_scale`.
 
+Two modes (`dashboards.histograms`): `classic` reads the `le` buckets, `native` the native
+histograms Prometheus scrapes over protobuf (`histogram_quantile` / `histogram_count` /
+`histogram_sum` on the one series) and, for SLO ratios, the exact SLO counts served beside them
+(`names.slo_calls_name`, whose `le="+Inf"` series counts every call): the same division of
+exact counts as `_bucket{le=...}` / `_count`, so both modes give the same ratios.
+
 SLO scopes: the first SLO entry is the default, later entries override it for a (model, route)
 selector and the last matching entry wins (config.slo_for). Each entry's queries select its own
 (model, route) pairs and drop, with `unless on (model, route)`, the pairs a later entry claims.
+
+Rule scope (kubernetes-mixin style): every rule selects `job=~"<alerting.exporter_job>"` and
+the extra matchers of `alerting.selector`, and keeps the labels of `alerting.group_by` (default
+`job`) besides model and route, so two releases or services never record the same series.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -41,22 +52,21 @@ class BurnRate:
 PAGE_BURN = (BurnRate(14.4, 3600, 300), BurnRate(6, 21600, 1800))
 #: Every window an SLI ratio is recorded over (every burn-rate pair uses these).
 SLI_WINDOWS: tuple[int, ...] = (300, 1800, 3600, 7200, 21600, 86400, 259200)
-#: Window of the p99 the regression alerts compare, and of the per-tenant p99.
+#: Window of the p99 the regression alerts compare (the per-tenant p99's is
+#: `alerting.tenant_window_seconds`).
 REGRESSION_WINDOW = 3600
-TENANT_WINDOW = 300
 
 #: Outcomes that spend the error objective; `cancelled` and `abandoned` are the caller's choice.
 ERROR_OUTCOMES = (names.ERROR, names.TIMEOUT)
 
 #: SLI kind -> histogram family whose SLO threshold is a bucket boundary.
-LATENCY_SLIS: dict[str, names.Family] = {
-    "ttft": names.TTFT, "first_answer_token": names.FIRST_ANSWER, "stall": names.STALL,
-}
+LATENCY_SLIS: dict[str, names.Family] = dict(names.SLO_FAMILIES)
 ERRORS_SLI = "errors"
 SLIS: tuple[str, ...] = (*LATENCY_SLIS, ERRORS_SLI)
 
 # --- building blocks --------------------------------------------------------------------------
 
+MODEL_ROUTE = (names.MODEL, names.ROUTE)
 _UNITS = (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
@@ -102,6 +112,23 @@ def selector(metric: str, matchers: Iterable[str] = ()) -> str:
     return f"{metric}{{{', '.join(found)}}}" if found else metric
 
 
+def scope_matchers(al: AlertingConfig) -> list[str]:
+    """What every rule selects: the exporter's job (a name or a regular expression), and the
+    extra matchers of `alerting.selector`."""
+    return [regex("job", al.exporter_job), *([al.selector] if al.selector else [])]
+
+
+def kept(al: AlertingConfig) -> tuple[str, ...]:
+    """Labels every SLI, recording and alert keeps: model, route and `alerting.group_by`."""
+    return (*MODEL_ROUTE, *(label for label in al.group_by if label not in MODEL_ROUTE))
+
+
+def runbook_url(al: AlertingConfig, section: str) -> str:
+    """The absolute link to a section of docs/runbooks.md (its GitHub-style anchor)."""
+    anchor = re.sub(r"[^a-z0-9_ -]", "", section.lower()).replace(" ", "-")
+    return f"{al.runbook_url}#{anchor}"
+
+
 def by(labels: Sequence[str]) -> str:
     """A label list for `by (...)` and `on (...)`."""
     return ", ".join(labels)
@@ -111,8 +138,6 @@ def indent(text: str) -> str:
     """Indent every line by two spaces (nested PromQL stays readable in YAML and JSON)."""
     return "\n".join("  " + line for line in text.splitlines())
 
-
-MODEL_ROUTE = (names.MODEL, names.ROUTE)
 
 # --- SLO scopes -------------------------------------------------------------------------------
 
@@ -125,6 +150,7 @@ class Scope:
     slo: SLO
     matchers: tuple[str, ...]
     excluded: tuple[tuple[str, ...], ...]
+    native: bool = False  # dashboards.histograms: native
 
 
 def scopes(config: Config) -> list[Scope]:
@@ -139,8 +165,13 @@ def scopes(config: Config) -> list[Scope]:
         if ident in seen:
             ident = f"{ident}#{i}"
         seen.add(ident)
-        out.append(Scope(ident, slo, _matchers(slo), excluded))
+        out.append(Scope(ident, slo, _matchers(slo), excluded, is_native(config)))
     return out
+
+
+def is_native(config: Config) -> bool:
+    """True when the generated queries read native histograms."""
+    return config.dashboards.histograms == "native"
 
 
 def _selector(slo: SLO) -> tuple[tuple[str, str], ...]:
@@ -169,64 +200,105 @@ def _claim(expr: str, scope: Scope, presence_metric: str, window: str) -> str:
 # --- ratios and quantiles ---------------------------------------------------------------------
 
 
-def sli_error_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = ()) -> str:
-    """Share of `scope`'s calls that missed objective `sli` over `window`, by (model, route).
+def sli_error_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = (),
+                    keep: Sequence[str] = MODEL_ROUTE) -> str:
+    """Share of `scope`'s calls that missed objective `sli` over `window`, by `keep`.
 
-    `extra` adds matchers (the dashboards' template variables). The error SLI is 0, not empty,
-    while a (model, route) has calls but no errors.
+    `extra` adds matchers (the rules' scope, the dashboards' template variables). The error
+    SLI is 0, not empty, while a (model, route) has calls but no errors; with no calls in the
+    window there is no value (never NaN).
     """
-    return _sli_ratio(sli, scope, window, extra, good=False)
+    return _sli_ratio(sli, scope, window, extra, keep, good=False)
 
 
-def sli_good_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = ()) -> str:
-    """Share of `scope`'s calls that met objective `sli` over `window`, by (model, route)."""
-    return _sli_ratio(sli, scope, window, extra, good=True)
+def sli_good_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = (),
+                   keep: Sequence[str] = MODEL_ROUTE) -> str:
+    """Share of `scope`'s calls that met objective `sli` over `window`, by `keep`."""
+    return _sli_ratio(sli, scope, window, extra, keep, good=True)
 
 
-def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str], good: bool) -> str:
-    m = [*scope.matchers, *extra]
+def sli_events(sli: str, native: bool = False) -> tuple[str, list[str]]:
+    """The counter (and matchers) whose rate counts an SLI's events: the family's `_count`
+    (calls that got a value), or with native histograms the `le="+Inf"` series of the exact
+    SLO counts served beside them; for errors, the requests counter (every call)."""
     if sli == ERRORS_SLI:
-        total = f"sum by ({by(MODEL_ROUTE)}) (rate({selector(names.REQUESTS_TOTAL, m)}[{window}]))"
+        return names.REQUESTS_TOTAL, []
+    family = LATENCY_SLIS[sli]
+    if native:
+        return names.slo_calls_name(family), [eq("le", "+Inf")]
+    return family.name + "_count", []
+
+
+def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str],
+               keep: Sequence[str], good: bool) -> str:
+    m = [*scope.matchers, *extra]
+    events, at_inf = sli_events(sli, scope.native)
+    total = f"sum by ({by(keep)}) (rate({selector(events, [*at_inf, *m])}[{window}]))"
+    if sli == ERRORS_SLI:
         bad_sel = selector(names.REQUESTS_TOTAL,
                            [regex(names.OUTCOME, "|".join(ERROR_OUTCOMES)), *m])
-        bad = f"sum by ({by(MODEL_ROUTE)}) (rate({bad_sel}[{window}]))"
-        ratio = f"(\n  {bad}\n  or 0 * {total}\n)\n/ {total}"
+        bad = f"sum by ({by(keep)}) (rate({bad_sel}[{window}]))"
+        ratio = f"(\n  {bad}\n  or 0 * {total}\n)\n/ ({total} > 0)"
         expr = f"1 - (\n{indent(ratio)}\n)" if good else ratio
         return _claim(expr, scope, names.REQUESTS_TOTAL, window)
     family = LATENCY_SLIS[sli]
-    objective = getattr(scope.slo, sli)
-    good_sel = selector(family.name + "_bucket", [eq("le", le(objective.threshold_seconds)), *m])
-    met = f"sum by ({by(MODEL_ROUTE)}) (rate({good_sel}[{window}]))"
-    total = f"sum by ({by(MODEL_ROUTE)}) (rate({selector(family.name + '_count', m)}[{window}]))"
-    ratio = f"{met}\n/ {total}"
+    threshold = eq("le", le(getattr(scope.slo, sli).threshold_seconds))
+    # With native histograms the exact counts served beside them, else the `le` bucket.
+    met_metric = names.slo_calls_name(family) if scope.native else family.name + "_bucket"
+    met = f"sum by ({by(keep)}) (rate({selector(met_metric, [threshold, *m])}[{window}]))"
+    ratio = f"{met}\n/ ({total} > 0)"
     expr = ratio if good else f"1 - (\n{indent(ratio)}\n)"
-    return _claim(expr, scope, family.name + "_count", window)
+    return _claim(expr, scope, events, window)
 
 
-def outcome_ratio(outcome: str, scope: Scope, window: str) -> str:
-    """Share of `scope`'s calls that ended with `outcome` over `window`, by (model, route)."""
-    part = selector(names.REQUESTS_TOTAL, [eq(names.OUTCOME, outcome), *scope.matchers])
-    total = selector(names.REQUESTS_TOTAL, scope.matchers)
-    expr = (f"sum by ({by(MODEL_ROUTE)}) (rate({part}[{window}]))\n"
-            f"/ sum by ({by(MODEL_ROUTE)}) (rate({total}[{window}]))")
+def outcome_ratio(outcome: str, scope: Scope, window: str, extra: Sequence[str] = (),
+                  keep: Sequence[str] = MODEL_ROUTE) -> str:
+    """Share of `scope`'s calls that ended with `outcome` over `window`, by `keep`."""
+    m = [*scope.matchers, *extra]
+    part = selector(names.REQUESTS_TOTAL, [eq(names.OUTCOME, outcome), *m])
+    total = selector(names.REQUESTS_TOTAL, m)
+    expr = (f"sum by ({by(keep)}) (rate({part}[{window}]))\n"
+            f"/ (sum by ({by(keep)}) (rate({total}[{window}])) > 0)")
     return _claim(expr, scope, names.REQUESTS_TOTAL, window)
 
 
 def quantile(q: float, family: names.Family, labels: Sequence[str], window: str,
-             matchers: Sequence[str] = (), offset: str = "") -> str:
-    """`histogram_quantile` of a family's classic buckets, aggregated by `labels`."""
+             matchers: Sequence[str] = (), offset: str = "", native: bool = False) -> str:
+    """`histogram_quantile` of a family's classic buckets (or native histograms), aggregated
+    by `labels`."""
     shift = f" offset {offset}" if offset else ""
+    if native:
+        sel = selector(family.name, matchers)
+        agg = f"sum by ({by(labels)})" if labels else "sum"
+        return f"histogram_quantile({num(q)}, {agg} (rate({sel}[{window}]{shift})))"
     sel = selector(family.name + "_bucket", matchers)
     return (f"histogram_quantile({num(q)}, sum by ({by([*labels, 'le'])}) "
             f"(rate({sel}[{window}]{shift})))")
 
 
+def histogram_rate(family: names.Family, part: str, matchers: Sequence[str], window: str,
+                   offset: str = "", native: bool = False) -> str:
+    """Per-second rate of a histogram's `count` or `sum`: `rate(<family>_count[w])`, or
+    `histogram_count(rate(<family>[w]))` on native histograms."""
+    shift = f" offset {offset}" if offset else ""
+    if native:
+        return f"histogram_{part}(rate({selector(family.name, matchers)}[{window}]{shift}))"
+    return f"rate({selector(f'{family.name}_{part}', matchers)}[{window}]{shift})"
+
+
 # --- recording rule names ---------------------------------------------------------------------
 
 
-def sli_record(window_seconds: int) -> str:
-    """Name of the SLI error-ratio recording (labels: model, route, sli, slo)."""
+def sli_record(window_seconds: float) -> str:
+    """Name of the SLI error-ratio recording (labels: model, route, the kept labels, sli, slo
+    and Sloth's sloth_id, sloth_service, sloth_slo)."""
     return f"slo:sli_error:ratio_rate{duration(window_seconds)}"
+
+
+#: Sloth's names of the budget recordings, per SLI and SLO scope (alerts.py records them).
+PERIOD_BUDGET_REMAINING = "slo:period_error_budget_remaining:ratio"
+PERIOD_BURN_RATE = "slo:period_burn_rate:ratio"
+CURRENT_BURN_RATE = "slo:current_burn_rate:ratio"
 
 
 @dataclass(frozen=True)
@@ -244,7 +316,7 @@ class Names:
 
     @classmethod
     def of(cls, al: AlertingConfig) -> Names:
-        reg, ten = duration(REGRESSION_WINDOW), duration(TENANT_WINDOW)
+        reg, ten = duration(REGRESSION_WINDOW), duration(al.tenant_window_seconds)
         reg_off = duration(al.regression_offset_seconds)
         ten_off = duration(al.tenant_baseline_offset_seconds)
         ttft, phase = names.TTFT.name, names.PHASE_FAMILY.name

@@ -1,7 +1,9 @@
 """The aiohttp app serving `/metrics` and `/healthz`, in-process (daemon thread) or foreground.
 
-Content negotiation follows Prometheus: OpenMetrics when the scraper's Accept header asks for
-it (Prometheus 2.x does by default), the 0.0.4 text format otherwise; gzip when accepted.
+Content negotiation follows Prometheus: the protobuf format (native histograms) when the
+Accept header prefers it (Prometheus with native histograms on does), OpenMetrics when it
+prefers that (Prometheus 2.x does by default), the 0.0.4 text format otherwise, including for
+any header it cannot parse; gzip when accepted.
 Rendering runs on the server's own thread so a scrape never runs on the caller's threads.
 With an `Aggregator` (`ttft-exporter serve`) the app also takes worker pushes on `/push` and can
 require auth on `/metrics` (never on `/healthz`: probes); the renderer serves the aggregator's
@@ -19,12 +21,13 @@ from typing import TYPE_CHECKING, Callable
 
 from aiohttp import web
 
-from . import runtime
+from . import names, runtime
 from .exposition import Renderer
 from .http_thread import HttpThread
 from .config import ServerConfig
 from .connection_guard import Limits
-from .textformat import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+from .textformat import (OPENMETRICS_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE, PROTOBUF_PROTO,
+                         TEXT_CONTENT_TYPE)
 from .wire import PUSH_PATH
 
 if TYPE_CHECKING:
@@ -46,6 +49,48 @@ def wants_openmetrics(accept: str) -> bool:
     return False
 
 
+PROTOBUF, OPENMETRICS, TEXT = "protobuf", "openmetrics", "text"
+_CONTENT_TYPES = {PROTOBUF: PROTOBUF_CONTENT_TYPE, OPENMETRICS: OPENMETRICS_CONTENT_TYPE,
+                  TEXT: TEXT_CONTENT_TYPE}
+_MEDIA = {"application/vnd.google.protobuf": PROTOBUF,
+          "application/openmetrics-text": OPENMETRICS, "text/plain": TEXT, "text/*": TEXT,
+          "*/*": TEXT}
+
+
+def negotiate(accept: str) -> str:
+    """The format the Accept header prefers among those served (highest q, then the first
+    listed): PROTOBUF (only the delimited MetricFamily encoding), OPENMETRICS or TEXT, which is
+    also the answer to anything else (an empty, unknown or malformed header)."""
+    best, best_q = TEXT, 0.0
+    for part in accept.split(","):
+        media, *raw = (item.strip() for item in part.split(";"))
+        params = dict(p.partition("=")[::2] for p in raw)
+        params = {k.strip().lower(): v.strip().strip('"') for k, v in params.items()}
+        kind = _MEDIA.get(media.lower())
+        if kind == PROTOBUF and (params.get("proto") != PROTOBUF_PROTO
+                                 or params.get("encoding") != "delimited"):
+            continue
+        try:
+            q = float(params.get("q", "1"))
+        except ValueError:
+            continue
+        if kind is not None and 0 < q <= 1 and q > best_q:
+            best, best_q = kind, q
+    return best
+
+
+def _render(renderer: Renderer, kind: str) -> tuple[str, bytes]:
+    """(format, body) in the negotiated format; text when protobuf fails (never a 5xx,
+    counted)."""
+    if kind == PROTOBUF:
+        try:
+            return kind, renderer.render_protobuf()
+        except Exception:
+            renderer.recorder.count_drop(names.DROP_INTERNAL)
+            kind = TEXT
+    return kind, renderer.render(kind == OPENMETRICS)
+
+
 def create_app(renderer: Callable[[], Renderer] | None = None,
                aggregator: "Aggregator | None" = None) -> web.Application:
     """The exporter's HTTP app; `renderer` defaults to the process-wide one (runtime.state())."""
@@ -56,12 +101,11 @@ def create_app(renderer: Callable[[], Renderer] | None = None,
                 request.headers.get("Authorization", "")):
             return web.Response(status=401, text="unauthorized\n", headers={
                 "WWW-Authenticate": aggregator.access.metrics_challenge()})
-        openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
+        kind = negotiate(request.headers.get("Accept", ""))
         # rendered off the event loop: /healthz and pushes are answered meanwhile
-        body = await asyncio.get_running_loop().run_in_executor(
-            None, get_renderer().render, openmetrics)
-        headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else
-                   TEXT_CONTENT_TYPE}
+        kind, body = await asyncio.get_running_loop().run_in_executor(
+            None, _render, get_renderer(), kind)
+        headers = {"Content-Type": _CONTENT_TYPES[kind]}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             body = gzip.compress(body, GZIP_LEVEL)
             headers["Content-Encoding"] = "gzip"

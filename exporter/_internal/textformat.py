@@ -11,6 +11,10 @@ from prometheus_client.utils import floatToGoString
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+#: The protobuf exposition (protobuf_exposition.py): delimited MetricFamily messages.
+PROTOBUF_PROTO = "io.prometheus.client.MetricFamily"
+PROTOBUF_CONTENT_TYPE = (f"application/vnd.google.protobuf; proto={PROTOBUF_PROTO}; "
+                         f"encoding=delimited")
 
 number = floatToGoString
 

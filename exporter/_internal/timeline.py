@@ -40,6 +40,7 @@ class CallTimeline:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
     outcome: str | None = None
     trace_id: str | None = None
     #: The request's max_tokens (max_completion_tokens, max_output_tokens), when it set one.

@@ -2,28 +2,37 @@
 
     with DemoLoad(rate=8) as demo:         # provider + exporter on free loopback ports
         demo.metrics_url                   # scrape target for a real Prometheus
+        demo.play(day)                     # an IncidentDay on the load's loop (a future)
         ...
         demo.stop_load()                   # cancel in-flight calls; the exporter keeps serving
+
+`far_region=True` also serves the provider's far region, where the route change sends calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from types import TracebackType
 
 from exporter._internal import runtime
+from exporter._internal.demo.incidents import IncidentDay
+from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import LoadGenerator, LoadShape
 from exporter._internal.demo.provider import ProviderServer
 from exporter._internal.server import ExporterServer, start_http_server
 
 
 class DemoLoad:
-    def __init__(self, rate: float = 8.0, seed: int = 7):
-        self.provider = ProviderServer().start()
+    def __init__(self, rate: float = 8.0, seed: int = 7, far_region: bool = False,
+                 model: LatencyModel | None = None):
+        self.provider = ProviderServer(model, far_region=far_region).start()
+        self.knobs = self.provider.knobs
         self.exporter: ExporterServer = start_http_server(port=0)
         self.recorder = runtime.state().recorder
-        self._load = LoadGenerator(self.provider.base_url, LoadShape(rate=rate, seed=seed))
+        self._load = LoadGenerator(self.provider.base_url, LoadShape(rate=rate, seed=seed),
+                                   self.knobs, self.provider.far)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="demo-load", daemon=True)
         self._thread.start()
@@ -31,6 +40,10 @@ class DemoLoad:
     def _run(self) -> None:
         self._loop.run_until_complete(self._load.run())
         self._loop.close()
+
+    def play(self, day: IncidentDay) -> concurrent.futures.Future[None]:
+        """Play an incident day on the load's loop; the future ends with the day."""
+        return asyncio.run_coroutine_threadsafe(day.run(), self._loop)
 
     @property
     def metrics_url(self) -> str:

@@ -156,13 +156,22 @@ class PrometheusServer:
         return body["data"]
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        """Instant query (now, or `at` in Unix seconds); the result vector (or a one-element
-        list for a scalar/string)."""
-        params = {"query": expr} if at is None else {"query": expr, "time": repr(at)}
+        """Instant query (now, or at Unix time `at`); the result vector (or a one-element list
+        for a scalar/string)."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
         data = self._get("/api/v1/query", params)
         if data["resultType"] in ("scalar", "string"):
             return [{"metric": {}, "value": data["result"]}]
         return data["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float
+                    ) -> list[dict[str, Any]]:
+        """Range query (Unix times, step in seconds): a matrix, one entry per series."""
+        return self._get("/api/v1/query_range", {
+            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        )["result"]
 
     def wait_for(self, expr: str, timeout: float = 30.0,
                  predicate: Callable[[list[dict[str, Any]]], bool] = bool,
@@ -227,4 +236,4 @@ def grafana_expr(expr: str, rate_interval: str = "10s", time_range: str = "1m") 
     """A panel query as Grafana sends it with every template variable set to All."""
     return (expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
             .replace("$model", ".*").replace("$route", ".*").replace("$tenant", ".*")
-            .replace("$task", ".*"))
+            .replace("$job", ".*").replace("$task", ".*"))

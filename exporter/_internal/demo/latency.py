@@ -6,7 +6,8 @@ cold when idle, reasoning that delays the first answer token, and a noisy neighb
 prefill stalls every other stream of the same model. Queueing for the `slots` of a model is
 real (an asyncio.Semaphore in the provider), so only the timings of one admitted request are
 decided here, all at once, from one seeded `random.Random`: the same seed and the same request
-order give the same timings.
+order give the same timings. The incidents (incidents.py) act through `Knobs`: tenants whose
+cache the provider keeps evicting, a model whose batch a neighbour keeps freezing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+from .incidents import Knobs
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,13 @@ class ModelProfile:
     server_overhead_s: float = 0.02
     """Routing and admission time before the headers, on top of any queueing."""
 
+    def mean_service_seconds(self, input_tokens: float, cached_share: float = 0.0) -> float:
+        """Mean time a request holds a slot: overhead, prefill, reasoning and answer."""
+        tokens = (sum(self.reasoning_tokens) + sum(self.output_tokens)) / 2
+        uncached = input_tokens * (1 - cached_share)
+        return (self.server_overhead_s + uncached / self.prefill_tokens_per_s
+                + tokens / self.decode_tokens_per_s)
+
 
 @dataclass(frozen=True)
 class LatencyModel:
@@ -46,16 +56,32 @@ class LatencyModel:
     cache_idle_seconds: float = 30.0
     """A tenant's cached prompt prefix is evicted after this long without a request."""
     noisy_tenant: str = "tenant-noisy"
-    noisy_probability: float = 0.1
-    """Chance that a request of `noisy_tenant` is a huge one-off document."""
+    noisy_probability: float = 0.0
+    """Chance that a request of `noisy_tenant` is a huge one-off document (none by default:
+    the incident day's noisy neighbour is another customer, see incidents.py)."""
     noisy_input_tokens: int = 100_000
-    batch_block_tokens: int = 32_000
+    batch_block_tokens: int = 64_000
     """An uncached prefill at least this large stalls every other stream of its model."""
     seed: int = 0
 
+    def shorter(self, factor: float) -> LatencyModel:
+        """The same fleet with answers and reasoning `factor` times as long (tests use short
+        ones: the SDKs' per-chunk work, not the model, is what costs CPU here)."""
+        def scaled(tokens: tuple[int, int]) -> tuple[int, int]:
+            return (max(1, round(tokens[0] * factor)) if tokens[1] else 0,
+                    round(tokens[1] * factor))
+
+        return replace(self, models=tuple(
+            replace(p, output_tokens=scaled(p.output_tokens),
+                    reasoning_tokens=scaled(p.reasoning_tokens)) for p in self.models))
+
     @classmethod
     def default(cls) -> LatencyModel:
-        """Three models that differ where users feel it: fast, medium, and slow to answer."""
+        """Three models that differ where users feel it: fast, medium, and slow to answer.
+
+        Sized so the demo's load keeps every queue stable: at 10 calls/s the busiest model,
+        deepseek-r1 (1.5 calls/s of ~11 s each), keeps about half of its 32 slots busy.
+        """
         return cls(
             models=(
                 ModelProfile("llama-3-8b", slots=48, prefill_tokens_per_s=50_000,
@@ -64,9 +90,9 @@ class LatencyModel:
                 ModelProfile("gpt-4.1", slots=32, prefill_tokens_per_s=20_000,
                              decode_tokens_per_s=60, jitter=0.25, output_tokens=(60, 300),
                              server_overhead_s=0.04),
-                ModelProfile("deepseek-r1", slots=24, prefill_tokens_per_s=10_000,
-                             decode_tokens_per_s=30, jitter=0.3, output_tokens=(80, 300),
-                             reasoning_tokens=(150, 600), server_overhead_s=0.06),
+                ModelProfile("deepseek-r1", slots=32, prefill_tokens_per_s=10_000,
+                             decode_tokens_per_s=45, jitter=0.3, output_tokens=(80, 300),
+                             reasoning_tokens=(100, 400), server_overhead_s=0.06),
             ),
         )
 
@@ -123,15 +149,20 @@ class LatencySimulator:
     Not thread-safe: the provider uses one instance from its single event loop.
     """
 
-    def __init__(self, model: LatencyModel, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, model: LatencyModel, clock: Callable[[], float] = time.monotonic,
+                 knobs: Knobs | None = None) -> None:
         self.model = model
+        self.knobs = knobs if knobs is not None else Knobs()
         self._clock = clock
         self._rng = random.Random(model.seed)
-        self._cache: dict[tuple[str, str], _CacheEntry] = {}
+        self._cache: dict[tuple[str, str, str], _CacheEntry] = {}
         self._paused_until: dict[str, float] = {}
 
-    def plan(self, model: str, tenant: str, input_tokens: int) -> Plan:
-        """Decide one admitted request; a huge prefill also pauses the model's batch."""
+    def plan(self, model: str, tenant: str, input_tokens: int, prefix: str = "") -> Plan:
+        """Decide one admitted request; a huge prefill also pauses the model's batch.
+
+        The prompt cache is per (model, tenant, `prefix`): a route's system prompt is a prefix
+        of its own, so a tenant's chat turns do not warm its summaries."""
         profile = self.model.profile(model)
         rng = self._rng
         now = self._clock()
@@ -139,7 +170,8 @@ class LatencySimulator:
         if burst:
             # A one-off document: neither read from nor written to the tenant's cache.
             input_tokens = max(input_tokens, self.model.noisy_input_tokens)
-        cached = 0 if burst else self._cached_tokens(model, tenant, input_tokens, now)
+        key = (model, tenant, prefix)
+        cached = 0 if burst else self._cached_tokens(key, input_tokens, now)
 
         server_wait = profile.server_overhead_s * self._jitter(profile.jitter)
         decode_step = 1.0 / profile.decode_tokens_per_s
@@ -153,7 +185,7 @@ class LatencySimulator:
         if not burst:
             # The prefix stays in use until the response ends; idle time counts from there.
             ends = now + server_wait + prefill + sum(gaps)
-            self._cache[(model, tenant)] = _CacheEntry(last_used=ends, prefix_tokens=input_tokens)
+            self._cache[key] = _CacheEntry(last_used=ends, prefix_tokens=input_tokens)
         if input_tokens - cached >= self.model.batch_block_tokens:
             until = now + server_wait + prefill
             self._paused_until[model] = max(self._paused_until.get(model, 0.0), until)
@@ -162,13 +194,17 @@ class LatencySimulator:
                     gaps=gaps)
 
     def paused_until(self, model: str) -> float:
-        """Clock time until which every stream of `model` is held by a huge prefill."""
-        return self._paused_until.get(model, 0.0)
+        """Clock time until which every stream of `model` is held by a huge prefill (ours, or
+        a neighbour's during the noisy-neighbour incident)."""
+        return max(self._paused_until.get(model, 0.0),
+                   self.knobs.frozen_until(model, self._clock()))
 
-    def _cached_tokens(self, model: str, tenant: str, input_tokens: int, now: float) -> int:
-        """The tenant's previous prompt is its cached prefix, unless idle for too long."""
-        entry = self._cache.get((model, tenant))
-        if entry is None or now - entry.last_used > self.model.cache_idle_seconds:
+    def _cached_tokens(self, key: tuple[str, str, str], input_tokens: int, now: float) -> int:
+        """The tenant's previous prompt is its cached prefix, unless idle for too long or its
+        cache is being evicted (the cold-cache incident)."""
+        entry = self._cache.get(key)
+        if entry is None or now - entry.last_used > self.model.cache_idle_seconds \
+                or key[1] in self.knobs.cold_tenants:
             return 0
         return min(entry.prefix_tokens, input_tokens)
 

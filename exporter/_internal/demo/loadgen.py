@@ -6,6 +6,9 @@ each route has its own prompt size. Each call streams through a real SDK, measur
 `exporter.instrument()` as a service would be: most calls are OpenAI chat completions
 (`openai.AsyncOpenAI`), a share are Anthropic messages (`anthropic.AsyncAnthropic`), both
 against the demo provider, with `exporter.labels(route=..., tenant=...)` around each call.
+
+The incidents (incidents.py) act on the load through `Knobs`: a route whose prompts surge, a
+tenant that idles, models whose calls go to the provider's far region (TLS, a round trip away).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import aiohttp
 
 from ..shim.context import labels
 from ..shim.instrument import instrument, instrumented, uninstrument
+from .far_region import FarRegion
+from .incidents import Knobs
 from .provider import INPUT_TOKENS_HEADER, TENANT_HEADER
 
 #: model -> share of the calls: mostly the fast model, a few to the slow reasoning one.
@@ -40,11 +45,18 @@ class LoadShape:
 
 class LoadGenerator:
     """Drives the provider at `base_url` until `stop()`; the SDK calls are measured by
-    `exporter.instrument()` (undone at the end when `run()` was the one to instrument)."""
+    `exporter.instrument()` (undone at the end when `run()` was the one to instrument).
 
-    def __init__(self, base_url: str, shape: LoadShape = LoadShape()):
+    `knobs` are the incidents' (shared with the provider); `far` is the provider's far region,
+    where calls of `knobs.far_models` go.
+    """
+
+    def __init__(self, base_url: str, shape: LoadShape = LoadShape(),
+                 knobs: Knobs | None = None, far: FarRegion | None = None):
         self.base_url = base_url.rstrip("/")
         self.shape = shape
+        self.knobs = knobs if knobs is not None else Knobs()
+        self.far = far
         self._rng = random.Random(shape.seed)
         self._weights = [1 / (k + 1) for k in range(len(TENANTS))]
         self._stopping = asyncio.Event()
@@ -65,12 +77,9 @@ class LoadGenerator:
         tasks: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
         deadline = None if duration is None else loop.time() + duration
-        clients = (
-            openai.AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key="demo", max_retries=0,
-                               timeout=120.0),
-            anthropic.AsyncAnthropic(base_url=self.base_url, api_key="demo", max_retries=0,
-                                     timeout=120.0),
-        )
+        clients = _clients(openai, anthropic, self.base_url)
+        far_clients = None if self.far is None else _clients(
+            openai, anthropic, self.far.base_url, self.far.tls_client_context())
         try:
             while not self._stopping.is_set():
                 if deadline is not None and loop.time() >= deadline:
@@ -82,8 +91,13 @@ class LoadGenerator:
                     pass
                 if self._stopping.is_set() or limit.locked():
                     continue
+                call = self._pick()
+                if call[2] in self.knobs.idle_tenants:
+                    continue  # this tenant is idle (the cold-cache incident)
                 await limit.acquire()
-                task = asyncio.create_task(self._one(*clients))
+                use = far_clients if far_clients and call[0] in self.knobs.far_models \
+                    else clients
+                task = asyncio.create_task(self._one(call, *use))
                 tasks.add(task)
                 task.add_done_callback(lambda t: (tasks.discard(t), limit.release()))
             for task in tasks:
@@ -91,7 +105,7 @@ class LoadGenerator:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         finally:
-            for client in clients:
+            for client in (*clients, *(far_clients or ())):
                 await client.close()
             if owned:
                 uninstrument()
@@ -103,11 +117,15 @@ class LoadGenerator:
         tenant = rng.choices(TENANTS, self._weights)[0]
         if rng.random() < 0.08:  # the noisy tenant is busier than its rank says
             tenant = TENANTS[-1]
-        input_tokens = max(16, int(rng.lognormvariate(0, 0.5) * ROUTES[route]))
+        elif self.knobs.cold_tenants and rng.random() < 0.15:  # back from idle, catching up
+            tenant = min(self.knobs.cold_tenants)
+        size = ROUTES[route] * (self.knobs.surge_factor if route == self.knobs.surge_route else 1)
+        input_tokens = max(16, int(rng.lognormvariate(0, 0.5) * size))
         return model, route, tenant, input_tokens
 
-    async def _one(self, openai_client: Any, anthropic_client: Any) -> None:
-        model, route, tenant, input_tokens = self._pick()
+    async def _one(self, call: tuple[str, str, str, int], openai_client: Any,
+                   anthropic_client: Any) -> None:
+        model, route, tenant, input_tokens = call
         use_anthropic = self._rng.random() < ANTHROPIC_SHARE
         messages = [{"role": "user", "content": f"{route} request"}]
         headers = {TENANT_HEADER: tenant, INPUT_TOKENS_HEADER: str(input_tokens)}
@@ -130,6 +148,17 @@ class LoadGenerator:
             raise
         except Exception:  # an SDK error (status, connection, timeout): counted, as a client would
             self.errors += 1
+
+
+def _clients(openai: Any, anthropic: Any, base_url: str, tls: Any = None) -> tuple[Any, Any]:
+    """An OpenAI and an Anthropic async client for one region (`tls`: its trust)."""
+    options: dict[str, Any] = {"api_key": "demo", "max_retries": 0, "timeout": 120.0}
+    return (
+        openai.AsyncOpenAI(base_url=f"{base_url}/v1", **options, **(
+            {"http_client": openai.DefaultAsyncHttpxClient(verify=tls)} if tls else {})),
+        anthropic.AsyncAnthropic(base_url=base_url, **options, **(
+            {"http_client": anthropic.DefaultAsyncHttpxClient(verify=tls)} if tls else {})),
+    )
 
 
 async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict, headers: dict,

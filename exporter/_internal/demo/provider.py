@@ -18,6 +18,10 @@ the headers in `openai-processing-ms`.
 Unscripted requests take the tenant from `x-demo-tenant` and the prompt size from
 `x-demo-input-tokens` (default: prompt characters / 4).
 
+`ProviderServer(far_region=True)` also serves the same state from a farther region (TLS, a
+round trip away: far_region.py), where the route-change incident sends its calls; `Knobs`
+(incidents.py) let the incidents change the provider while it serves.
+
 How each API renders a response, usage included, is in `wire_formats`; this module parses the
 requests, times the token events and serves them.
 """
@@ -36,6 +40,8 @@ from typing import Any, NoReturn
 from aiohttp import web
 
 from .. import http_thread
+from .far_region import FarRegion, start_far_region
+from .incidents import Knobs
 from .latency import LatencyModel, LatencySimulator, Plan, limited
 from .wire_formats import Call, ChatCompletions, Messages, Responses, WireFormat, token_events
 
@@ -59,6 +65,12 @@ def _prompt_chars(value: Any) -> int:
     if isinstance(value, dict):
         return sum(_prompt_chars(item) for key, item in value.items() if key in _TEXT_KEYS)
     return 0
+
+
+def _prompt_prefix(body: dict[str, Any]) -> str:
+    """The start of a request's prompt: what a provider's prefix cache is keyed by."""
+    parts = [body.get(key) for key in ("instructions", "system", "messages", "input")]
+    return json.dumps([p for p in parts if p], sort_keys=True)[:256]
 
 
 def _read_script(raw: str | None, input_tokens: int, tools: bool) -> Plan | None:
@@ -129,10 +141,11 @@ async def _timed_tokens(plan: Plan,
 
 
 class _State:
-    """Per-app state: the latency simulator and one queue (semaphore) per model."""
+    """Per-provider state: the latency simulator and one queue (semaphore) per model, shared by
+    the near and the far region."""
 
-    def __init__(self, model: LatencyModel) -> None:
-        self.simulator = LatencySimulator(model)
+    def __init__(self, model: LatencyModel, knobs: Knobs | None = None) -> None:
+        self.simulator = LatencySimulator(model, knobs=knobs)
         self._slots: dict[str, asyncio.Semaphore] = {}
 
     def slots(self, model: str) -> asyncio.Semaphore:
@@ -142,6 +155,8 @@ class _State:
 
 
 _STATE = web.AppKey("demo_provider_state", _State)
+#: The far region closes each connection after its response (a short LB idle timeout).
+_CLOSE = web.AppKey("demo_provider_closes_connections", bool)
 
 
 async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamResponse:
@@ -171,7 +186,7 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
     state = request.app[_STATE]
     async with state.slots(model):  # the queue: waiting here is server time before headers
         plan = state.simulator.plan(model, request.headers.get(TENANT_HEADER, "default"),
-                                    input_tokens)
+                                    input_tokens, _prompt_prefix(body))
         return await _respond(request, wire, call(plan),
                               paused_until=lambda: state.simulator.paused_until(model))
 
@@ -188,9 +203,11 @@ async def _respond(request: web.Request, wire_type: type[WireFormat], call: Call
 async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: Call,
                       paused_until: Callable[[], float]) -> web.StreamResponse:
     plan = call.plan
+    close = request.app[_CLOSE]
     await asyncio.sleep(plan.server_wait)
     if plan.status is not None:
-        return _error_response(wire_type, plan.status, f"scripted HTTP {plan.status}")
+        return _closing(_error_response(wire_type, plan.status, f"scripted HTTP {plan.status}"),
+                        close)
     wire = wire_type(call)
     headers = {wire.request_id_header: f"req_{wire.id}"}
     if wire.processing_header:
@@ -198,8 +215,8 @@ async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: C
         headers[wire.processing_header] = str(round(spent * 1000))
     response: web.StreamResponse | None = None
     if call.stream:
-        response = web.StreamResponse(headers={
-            **headers, "content-type": "text/event-stream", "cache-control": "no-cache"})
+        response = _closing(web.StreamResponse(headers={
+            **headers, "content-type": "text/event-stream", "cache-control": "no-cache"}), close)
         await response.prepare(request)
         await response.write(wire.opening())
     sent = 0
@@ -215,16 +232,27 @@ async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: C
     if sent == plan.disconnect_after:
         _abort(request)
     if response is None:
-        return web.json_response(wire.body(), headers=headers)
+        return _closing(web.json_response(wire.body(), headers=headers), close)
     await response.write(wire.closing())
     await response.write_eof()
     return response
 
 
-def create_app(model: LatencyModel | None = None) -> web.Application:
-    """The provider as an aiohttp application; `model` defaults to `LatencyModel.default()`."""
+def _closing(response: web.StreamResponse, close: bool) -> web.StreamResponse:
+    if close:
+        response.force_close()
+    return response
+
+
+def create_app(model: LatencyModel | None = None, knobs: Knobs | None = None, *,
+               state: _State | None = None, close_connections: bool = False
+               ) -> web.Application:
+    """The provider as an aiohttp application; `model` defaults to `LatencyModel.default()`.
+
+    `state` shares another app's queues and simulator (the far region's app)."""
     app = web.Application()
-    app[_STATE] = _State(model or LatencyModel.default())
+    app[_STATE] = state or _State(model or LatencyModel.default(), knobs)
+    app[_CLOSE] = close_connections
     for path, wire in (("/v1/chat/completions", ChatCompletions), ("/v1/responses", Responses),
                        ("/v1/messages", Messages)):
         app.router.add_post(path, functools.partial(_handle, wire=wire))
@@ -267,14 +295,19 @@ class ProviderServer:
     """The provider on its own event loop in a daemon thread, for synchronous callers.
 
     `with ProviderServer() as server: OpenAI(base_url=server.base_url + "/v1", ...)`.
+    With `far_region=True` it also serves `far` (far_region.py), sharing queues and knobs.
     """
 
     def __init__(self, model: LatencyModel | None = None, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+                 port: int = 0, knobs: Knobs | None = None, far_region: bool = False) -> None:
         self._model = model
         self._host = host
         self._port = port
+        self.knobs = knobs if knobs is not None else Knobs()
+        self._far_wanted = far_region
         self._http: http_thread.HttpThread | None = None
+        #: The far region, while serving (None unless asked for).
+        self.far: FarRegion | None = None
 
     @property
     def base_url(self) -> str:
@@ -283,15 +316,27 @@ class ProviderServer:
         return self._http.base_url
 
     def start(self) -> ProviderServer:
+        app = create_app(self._model, self.knobs)
         server = http_thread.HttpThread(
-            create_app(self._model), _loopback_address(self._host), self._port,
+            app, _loopback_address(self._host), self._port,
             name="demo-provider", shutdown_timeout=_SHUTDOWN_TIMEOUT)
         self._http = server.start()
+        if self._far_wanted:
+            far_app = create_app(state=app[_STATE], close_connections=True)
+            try:
+                self.far = server.call(start_far_region(far_app,
+                                                        shutdown_timeout=_SHUTDOWN_TIMEOUT))
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def stop(self) -> None:
         if self._http is None:
             return
+        if self.far is not None:
+            self._http.call(self.far.close())
+            self.far = None
         self._http.stop()
         self._http = None
 

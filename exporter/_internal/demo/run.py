@@ -1,53 +1,74 @@
-"""`ttft-exporter demo`: provider, load and exporter in one process, with a live table."""
+"""`ttft-exporter demo`: provider, load and exporter in one process, a live table, and the
+incident day (incidents.py) unless asked not to; a summary of the whole run at exit."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from typing import Any
 
-from .. import runtime
+from .. import names, runtime
 from ..server import start_http_server
 from .agents import run_agents
+from .far_region import tls_available
+from .incidents import IncidentDay, Knobs
 from .loadgen import LoadGenerator, LoadShape
 from .provider import ProviderServer
 from .table import TerminalTable
 
 PRINT_EVERY = 5.0
+#: The demo's config when none is given: the defaults, plus `tenant` on the input and cached
+#: token families, so the cold-cache incident shows on the one tenant it hits.
+DEMO_CONFIG: dict[str, Any] = {"labels": {"tenant_families": [
+    names.INPUT_TOKENS.name, names.CACHED_INPUT_TOKENS.name]}}
 
 
 def run_demo(port: int = 9469, seconds: float = 0.0, config: str | None = None,
-             shape: LoadShape = LoadShape()) -> int:
+             shape: LoadShape = LoadShape(), incidents: bool = True,
+             calm_seconds: float = 120.0, phase_seconds: float = 180.0) -> int:
     """Run until Ctrl-C/SIGTERM (or `seconds`), printing the table every few seconds."""
-    runtime.configure(config)
-    with ProviderServer() as provider:
+    runtime.configure(config if config is not None else DEMO_CONFIG)
+    knobs = Knobs()
+    with ProviderServer(knobs=knobs, far_region=tls_available()) as provider:
         server = start_http_server(port=port)
         print(f"demo provider: {provider.base_url}/v1 (OpenAI and Anthropic wire formats)")
+        if provider.far is not None:
+            print(f"far region:    {provider.far.base_url}/v1 (TLS, used by the route change)")
         print(f"metrics:       {server.url}", flush=True)
+        day = IncidentDay(knobs, calm_seconds, phase_seconds,
+                          out=lambda line: print(line, flush=True)) if incidents else None
         try:
-            asyncio.run(_drive(provider.base_url, seconds, shape))
+            asyncio.run(_drive(provider, seconds, shape, day))
         finally:
             server.stop()
     return 0
 
 
-async def _drive(base_url: str, seconds: float, shape: LoadShape) -> None:
-    load = LoadGenerator(base_url, shape)
+async def _drive(provider: ProviderServer, seconds: float, shape: LoadShape,
+                 day: IncidentDay | None) -> None:
+    load = LoadGenerator(provider.base_url, shape, provider.knobs, provider.far)
     stop = asyncio.Event()  # the agent workload's (agents.py), set with the load's
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: (load.stop(), stop.set()))
-    table = TerminalTable(runtime.state().recorder)
+    state = runtime.state()
+    table = TerminalTable(state.recorder, state.config.window.seconds)
 
     async def report() -> None:
         while True:
-            await asyncio.sleep(PRINT_EVERY)
+            await asyncio.sleep(PRINT_EVERY)  # paces the printout; nothing waits on it
             print(f"\n{load.calls} calls, {load.errors} errors\n{table.render()}", flush=True)
 
-    reporter = asyncio.create_task(report())
-    agents = asyncio.create_task(run_agents(base_url, stop))
+    tasks = [asyncio.create_task(report())]
+    if day is not None:
+        tasks.append(asyncio.create_task(day.run()))
+    agents = asyncio.create_task(run_agents(provider.base_url, stop))
     try:
         await load.run(seconds or None)
     finally:
         stop.set()
         await agents
-        reporter.cancel()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        print("\n" + table.summary(day.played if day is not None else ()), flush=True)

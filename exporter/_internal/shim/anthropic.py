@@ -46,11 +46,10 @@ def classify(event: Any, call: SdkCall) -> str | None:
     if kind == "message_start":
         message = event.message
         _note(call, field(message, "usage"), field(message, "model"))
+        call.response(id=field(message, "id"))
     elif kind == "message_delta":
         _note(call, field(event, "usage"), None)
-        reason = field(event, "delta", "stop_reason")
-        if reason:
-            call.usage_seen["stop_reason"] = reason  # type: ignore[index]  (set by _note)
+        call.response(finish_reason=field(event, "delta", "stop_reason"))
     elif kind == "message_stop":
         call.complete = True
     return None
@@ -78,8 +77,8 @@ def body_usage(message: Any, call: SdkCall) -> None:
     usage = field(message, "usage")
     seen = {name: field(usage, name) for name in _USAGE_FIELDS}
     seen["model"] = field(message, "model")
-    seen["stop_reason"] = field(message, "stop_reason")
     _record(call, seen)
+    call.response(id=field(message, "id"), finish_reason=field(message, "stop_reason"))
 
 
 def _record(call: SdkCall, seen: dict[str, Any]) -> None:
@@ -88,19 +87,20 @@ def _record(call: SdkCall, seen: dict[str, Any]) -> None:
     if isinstance(parts[0], int):
         total = sum(p for p in parts if isinstance(p, int))
     call.usage(input=total, output=seen.get("output_tokens"),
-               cached=seen.get("cache_read_input_tokens"), model=seen.get("model"),
-               finish_reason=seen.get("stop_reason"))
+                  cached=seen.get("cache_read_input_tokens"), model=seen.get("model"))
 
 
 ENDPOINTS = {"/v1/messages": Endpoint(classify, final, body_usage, HOT_ANTHROPIC)}
 
-_CLASS_PROVIDERS = (("bedrock", "bedrock"), ("aws", "bedrock"), ("vertex", "vertex"),
-                    ("googlecloud", "vertex"), ("foundry", "azure"), ("azure", "azure"))
+_CLASS_PROVIDERS = (("bedrock", "aws.bedrock"), ("aws", "aws.bedrock"),
+                    ("vertex", "gcp.vertex_ai"), ("googlecloud", "gcp.vertex_ai"),
+                    ("foundry", "azure.ai.inference"), ("azure", "azure.ai.inference"))
 _providers: dict[tuple[type, str], str] = {}
 
 
 def provider(client: Any) -> str:
-    """bedrock / vertex / azure for those clients, else from the base URL host."""
+    """aws.bedrock / gcp.vertex_ai / azure.ai.inference for those clients, else from the
+    base URL host."""
     return client_provider(client, "anthropic", _CLASS_PROVIDERS, _providers)
 
 

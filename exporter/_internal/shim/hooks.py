@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from .. import names, runtime
 from . import httpx_trace
+from .providers import genai_provider
 from .sdk_call import AsyncSdkCall, Endpoint, SdkCall
 from .tokens import async_tokens, sync_tokens
 
@@ -59,18 +60,18 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
     start = None
     if cell is not None and cell[0] is not None:
         start, cell[0] = cell[0], None  # one method entry, one call
+    provider = sdk.provider(client)
     call = (AsyncSdkCall if is_async else SdkCall)(
-        model if isinstance(model, str) and model else names.UNKNOWN, sdk.provider(client),
-        endpoint, start)
+        model if isinstance(model, str) and model else names.UNKNOWN, provider,
+        endpoint, start, genai_provider(provider, sdk.name))
+    call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
+        isinstance(body, dict) and body.get("stream"))
     if isinstance(body, dict):
-        call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(body.get("stream"))
         for key in _MAX_TOKENS_KEYS:
             limit = body.get(key)
             if limit is not None:
                 call.max_tokens(limit)
                 break
-    else:
-        call.span_attributes[names.ATTR_REQUEST_STREAM] = False
     task = call.task
     if task is not None and task.sdk_timeout:
         task.limit(options)

@@ -26,12 +26,15 @@ _GENAI_METRICS = otel.GenAIMetrics()
 class Call:
     """One tracked call. Methods are cheap and safe to call in any order, any number of times."""
 
-    __slots__ = ("timeline", "span", "span_attributes", "task", "_state", "_in_flight",
-                 "_finished")
+    __slots__ = ("timeline", "span", "span_attributes", "genai_provider", "requested_model",
+                 "task", "_state", "_in_flight", "_finished")
 
     def __init__(self, model: str, provider: str, route: str | None, tenant: str | None,
-                 start: int | None = None):
+                 start: int | None = None, genai_provider: str | None = None):
         labels = context.current()
+        #: `gen_ai.provider.name` (the SDK patch passes a well-known value or the SDK's API).
+        self.genai_provider = genai_provider or provider
+        self.requested_model = model
         self.timeline = t = CallTimeline(
             start=perf_counter_ns() if start is None else start, model=model, provider=provider,
             route=route if route is not None else labels.get("route", names.UNKNOWN),
@@ -41,13 +44,14 @@ class Call:
         self._finished = False
         #: The agent task this call is a step of (shim/task.py), if any.
         self.task: Task | None = current_task()
-        #: Extra span attributes a client knows (server.address, gen_ai.request.stream).
+        #: Extra attributes a client knows (server.address and .port, gen_ai.request.stream,
+        #: gen_ai.response.id and .finish_reasons).
         self.span_attributes: dict[str, Any] = {}
         #: The call's OpenTelemetry span (when the app traces); its trace id is the exemplar.
         self.span: otel.CallSpan | None = None
         if state.config.otel.traces and otel.tracing():
             try:
-                self.span = otel.CallSpan(t)
+                self.span = otel.CallSpan(t, provider=self.genai_provider)
             except Exception:  # the app's tracer provider failed: measure without a span
                 self.count_drop()
 
@@ -95,23 +99,37 @@ class Call:
 
     def usage(self, input: int | None = None, output: int | None = None,
               cached: int | None = None, model: str | None = None,
-              finish_reason: str | None = None) -> None:
-        """Token counts from the provider's usage, the response model when it differs, and
-        the provider's stop reason (`stop`, `length`, `end_turn`, `max_tokens`, ...)."""
+              reasoning: int | None = None, finish_reason: str | None = None) -> None:
+        """Token counts from the provider's usage (`reasoning`: the output tokens spent on
+        reasoning), the response model when it differs, and the provider's stop reason
+        (`stop`, `length`, `end_turn`, `max_tokens`, ...; as `response(finish_reason=...)`)."""
         t = self.timeline
         for attr, value in (("input_tokens", input), ("output_tokens", output),
-                            ("cached_input_tokens", cached)):
+                            ("cached_input_tokens", cached),
+                            ("reasoning_output_tokens", reasoning)):
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 setattr(t, attr, value)
         if model:
             t.model = model
-        if finish_reason and isinstance(finish_reason, str):
-            t.finish_reason = finish_reason
+        if finish_reason is not None:
+            self.response(finish_reason=finish_reason)
 
     def max_tokens(self, limit: int) -> None:
         """The request's max_tokens, for the headroom metrics (the SDK patch reads it)."""
         if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
             self.timeline.max_tokens = limit
+
+    def response(self, id: str | None = None, finish_reason: str | None = None) -> None:
+        """The response's id and (once per choice) why the model stopped, for the span; the
+        first choice's reason is the call's (the finish-reason counter, truncation rate)."""
+        if isinstance(id, str) and id:
+            self.span_attributes[names.ATTR_RESPONSE_ID] = id
+        if isinstance(finish_reason, str) and finish_reason:
+            if self.timeline.finish_reason is None:
+                self.timeline.finish_reason = finish_reason
+            reasons = self.span_attributes.setdefault(names.ATTR_FINISH_REASONS, [])
+            if len(reasons) < 16:
+                reasons.append(finish_reason)
 
     def abandon(self) -> None:
         """The caller stopped reading before the end of the response."""
@@ -134,7 +152,8 @@ class Call:
             if self.span is not None:
                 self.span.finish(t, derived, exc, self.span_attributes)
             if self._state.config.otel.metrics:
-                _GENAI_METRICS.record(t, derived)
+                _GENAI_METRICS.record(t, derived, self.genai_provider, self.requested_model,
+                                      self.span_attributes)
             if self.task is not None:
                 self.task.add_step(t, derived)
         except Exception:

@@ -47,8 +47,7 @@ def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
         reason = getattr(choice, "finish_reason", None)
         if call is not None and reason:
             call.complete = True
-            if call.timeline.finish_reason is None:
-                call.timeline.finish_reason = reason
+            call.response(finish_reason=reason)
         delta = getattr(choice, "delta", None)
         if delta is None:
             continue
@@ -71,14 +70,17 @@ def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
 
 
 def chat_usage(obj: Any, call: SdkCall) -> None:
-    """Usage, model and finish reason of a ChatCompletion, the last chunk of a stream, or a
-    JSON body."""
+    """Usage, model and id of a ChatCompletion, the last chunk of a stream, or a JSON body
+    (whose choices also say why each one stopped; a stream's were seen chunk by chunk)."""
     usage = field(obj, "usage")
-    choices = field(obj, "choices")
     call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),
                cached=field(usage, "prompt_tokens_details", "cached_tokens"),
-               model=field(obj, "model"),
-               finish_reason=field(choices[0], "finish_reason") if choices else None)
+               reasoning=field(usage, "completion_tokens_details", "reasoning_tokens"),
+               model=field(obj, "model"))
+    call.response(id=field(obj, "id"))
+    if not call.streaming:
+        for choice in field(obj, "choices") or ():
+            call.response(finish_reason=field(choice, "finish_reason"))
 
 
 # --- Responses ------------------------------------------------------------------------------------
@@ -116,14 +118,15 @@ def responses_final(last: Any, call: SdkCall) -> None:
 
 
 def responses_usage(obj: Any, call: SdkCall) -> None:
-    """Usage, model and how the response ended: its status, or why it is incomplete."""
+    """Usage, model, id and end of a Response: its finish reason is why it is incomplete
+    (`max_output_tokens`, `content_filter`), else its status (`completed`, `failed`)."""
     usage = field(obj, "usage")
-    status = field(obj, "status")
-    if status == "incomplete":
-        status = field(obj, "incomplete_details", "reason") or status
     call.usage(input=field(usage, "input_tokens"), output=field(usage, "output_tokens"),
                cached=field(usage, "input_tokens_details", "cached_tokens"),
-               model=field(obj, "model"), finish_reason=status)
+               reasoning=field(usage, "output_tokens_details", "reasoning_tokens"),
+               model=field(obj, "model"))
+    call.response(id=field(obj, "id"), finish_reason=field(
+        obj, "incomplete_details", "reason") or field(obj, "status"))
 
 
 ENDPOINTS = {
@@ -131,12 +134,13 @@ ENDPOINTS = {
     "/responses": Endpoint(responses_classify, responses_final, responses_usage, HOT_RESPONSES),
 }
 
-_CLASS_PROVIDERS = (("azure", "azure"),)
+_CLASS_PROVIDERS = (("azure", "azure.ai.openai"),)
 _providers: dict[tuple[type, str], str] = {}
 
 
 def provider(client: Any) -> str:
-    """azure for the Azure clients, else from the base URL host (api.openai.com -> openai)."""
+    """azure.ai.openai for the Azure clients, else from the base URL host (api.openai.com ->
+    openai)."""
     return client_provider(client, "openai", _CLASS_PROVIDERS, _providers)
 
 

@@ -1,7 +1,13 @@
-"""The `provider` label of an SDK client: a short name (openai, azure, vllm, ...), never a URL.
+"""The `provider` label of an SDK client (openai, aws.bedrock, vllm, ...), never a URL, and
+the `gen_ai.provider.name` of its spans and GenAI metrics.
 
 From the client's class (Azure, Bedrock, Vertex clients) or else its base URL host; cached per
-(class, host), so naming costs a dict lookup per call.
+(class, host), so naming costs a dict lookup per call. Where the OpenTelemetry GenAI
+conventions have a well-known value for the provider (`azure.ai.openai`, `aws.bedrock`,
+`gcp.vertex_ai`, `mistral_ai`, ...), the label is that value. `gen_ai.provider.name` is the
+label for a known provider or serving engine, and otherwise (loopback, an IP, an internal or
+unknown host) the API the SDK speaks (`openai`, `anthropic`): the instrumentation's best
+knowledge, as the conventions ask.
 """
 
 from __future__ import annotations
@@ -10,19 +16,41 @@ import ipaddress
 import re
 from typing import Any, Sequence
 
+#: The GenAI conventions' well-known `gen_ai.provider.name` values: used wherever they apply.
+WELL_KNOWN = frozenset({
+    "anthropic", "aws.bedrock", "azure.ai.inference", "azure.ai.openai", "cohere", "deepseek",
+    "gcp.gemini", "gcp.gen_ai", "gcp.vertex_ai", "groq", "ibm.watsonx.ai", "mistral_ai",
+    "moonshot_ai", "openai", "perplexity", "x_ai",
+})
 _KNOWN_HOSTS = {
     "api.openai.com": "openai", "api.anthropic.com": "anthropic",
     "api.deepseek.com": "deepseek", "api.groq.com": "groq", "api.together.xyz": "together",
     "api.together.ai": "together", "api.fireworks.ai": "fireworks",
-    "openrouter.ai": "openrouter", "api.mistral.ai": "mistral", "api.x.ai": "xai",
-    "generativelanguage.googleapis.com": "google", "api.perplexity.ai": "perplexity",
-    "api.cerebras.ai": "cerebras", "integrate.api.nvidia.com": "nvidia",
-    "api.deepinfra.com": "deepinfra", "router.huggingface.co": "huggingface",
+    "openrouter.ai": "openrouter", "api.mistral.ai": "mistral_ai", "api.x.ai": "x_ai",
+    "generativelanguage.googleapis.com": "gcp.gemini", "api.perplexity.ai": "perplexity",
+    "api.cohere.com": "cohere", "api.cohere.ai": "cohere", "api.moonshot.ai": "moonshot_ai",
+    "api.moonshot.cn": "moonshot_ai", "api.cerebras.ai": "cerebras",
+    "integrate.api.nvidia.com": "nvidia", "api.deepinfra.com": "deepinfra",
+    "router.huggingface.co": "huggingface",
 }
-_SUFFIXES = ((".azure.com", "azure"), (".azure-api.net", "azure"),
-             (".amazonaws.com", "bedrock"), ("aiplatform.googleapis.com", "vertex"))
+_SUFFIXES = ((".openai.azure.com", "azure.ai.openai"),
+             (".services.ai.azure.com", "azure.ai.inference"),
+             (".models.ai.azure.com", "azure.ai.inference"),
+             (".inference.ai.azure.com", "azure.ai.inference"),
+             (".azure.com", "azure.ai.openai"), (".azure-api.net", "azure.ai.openai"),
+             (".amazonaws.com", "aws.bedrock"), ("aiplatform.googleapis.com", "gcp.vertex_ai"),
+             (".ml.cloud.ibm.com", "ibm.watsonx.ai"))
 _SERVERS = ("vllm", "sglang", "ollama", "llamacpp", "llama-cpp", "lmstudio", "litellm", "tgi",
             "triton", "localai")
+#: Labels that name a provider or a serving engine (`gen_ai.provider.name` keeps them).
+_NAMED = WELL_KNOWN | frozenset(_KNOWN_HOSTS.values()) | frozenset(
+    s.replace("-", "") for s in _SERVERS)
+
+
+def genai_provider(label: str, api: str) -> str:
+    """`gen_ai.provider.name` of a call: the provider label when it names a provider or a
+    serving engine, else `api`, the API the SDK speaks (openai, anthropic)."""
+    return label if label in _NAMED else api
 _INTERNAL_TLDS = frozenset({"local", "internal", "lan", "localdomain", "corp", "home", "intranet",
                             "cluster", "svc", "test", "localhost"})
 _SECOND_LEVEL = frozenset({"co", "com", "net", "org", "ac", "gov", "edu"})
@@ -32,7 +60,8 @@ _NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
 def client_provider(client: Any, default: str, by_class: Sequence[tuple[str, str]],
                     cache: dict[tuple[type, str], str]) -> str:
     """The provider label of an SDK client: from its class name (`by_class`: substring ->
-    provider, e.g. azure, bedrock), else from its base URL host; cached per (class, host)."""
+    provider, e.g. azure.ai.openai, aws.bedrock), else from its base URL host; cached per
+    (class, host)."""
     try:
         host = client.base_url.host
     except Exception:

@@ -68,8 +68,9 @@ class SdkCall(Call):
     __slots__ = ("endpoint", "streaming", "claimed", "gen", "finalizer", "usage_seen",
                  "complete", "__weakref__")
 
-    def __init__(self, model: str, provider: str, endpoint: Endpoint, start: int | None):
-        super().__init__(model, provider, None, None, start=start)
+    def __init__(self, model: str, provider: str, endpoint: Endpoint, start: int | None,
+                 genai_provider: str | None = None):
+        super().__init__(model, provider, None, None, start=start, genai_provider=genai_provider)
         self.endpoint = endpoint
         self.streaming = False  # `request()` returned a stream that has not ended yet
         self.claimed = False
@@ -117,7 +118,10 @@ class SdkCall(Call):
         t.dispatched = t.connected = t.sent = t.headers = None
         httpx_trace.attach(request, self)
         self.inject(request.headers)
-        self.span_attributes[names.ATTR_SERVER_ADDRESS] = request.url.host
+        url = request.url
+        self.span_attributes[names.ATTR_SERVER_ADDRESS] = url.host
+        self.span_attributes[names.ATTR_SERVER_PORT] = url.port or (
+            443 if url.scheme == "https" else 80)
 
     def claim(self) -> bool:
         """True once: the first stream iterator built over this call's response is ours."""

@@ -74,5 +74,57 @@ below must match the Deployment's volumes.
 {{- $_ := set $agg "tls_key_file" "/var/run/secrets/ttft-exporter/tls/tls.key" -}}
 {{- end -}}
 {{- $_ := set $cfg "aggregator" $agg -}}
+{{- $alerting := deepCopy (get $cfg "alerting" | default dict) -}}
+{{- $_ := set $alerting "exporter_job" (include "ttft-exporter.job" .) -}}
+{{- $_ := set $cfg "alerting" $alerting -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+The Prometheus job of the exporter's scrape target. The Service carries it as the label
+ttft-exporter.io/job, which the ServiceMonitor names as its jobLabel; every embedded rule selects
+it (the generated files' job="ttft-exporter" matcher is replaced by it).
+*/}}
+{{- define "ttft-exporter.job" -}}
+{{- .Values.serviceMonitor.job | default (include "ttft-exporter.fullname" .) -}}
+{{- end -}}
+
+{{/* A file of files/alerts with its job matcher set to this release's job. */}}
+{{- define "ttft-exporter.rulesFile" -}}
+{{- $job := include "ttft-exporter.job" .root -}}
+{{- .root.Files.Get .path | replace "job=~\"ttft-exporter\"" (printf "job=~%q" (regexQuoteMeta $job)) -}}
+{{- end -}}
+
+{{/*
+The rules and dashboards of files/ were generated from one config (files/generated-config.yaml):
+refuse values whose config differs in what they depend on, instead of serving rules and
+dashboards that disagree with the exporter (regenerate them with that config).
+*/}}
+{{- define "ttft-exporter.checkGenerated" -}}
+{{- if or .Values.prometheusRule.enabled .Values.dashboards.enabled -}}
+{{- $gen := .Files.Get "files/generated-config.yaml" | fromYaml | default dict -}}
+{{- $cfg := .Values.config | default dict -}}
+{{- $drift := list -}}
+{{- range $section := list "slos" "alerting" -}}
+{{- $mine := get $cfg $section | default dict -}}
+{{- if kindIs "map" $mine -}}{{- $mine = omit $mine "exporter_job" -}}{{- end -}}
+{{- if not (deepEqual ($mine | default dict) (get $gen $section | default dict)) -}}
+{{- $drift = append $drift (printf "config.%s" $section) -}}
+{{- end -}}
+{{- end -}}
+{{- range $path := list "labels.tenant_policy" "labels.max_tenants" "labels.max_series" "labels.tenant_families" "window.seconds" -}}
+{{- $keys := splitList "." $path -}}
+{{- $a := get (get $cfg (first $keys) | default dict) (last $keys) -}}
+{{- $b := get (get $gen (first $keys) | default dict) (last $keys) -}}
+{{- if eq $path "labels.tenant_policy" -}}{{- /* only an allowlist changes the rules */ -}}
+{{- $a = eq (toString $a) "allowlist" -}}{{- $b = eq (toString $b) "allowlist" -}}
+{{- end -}}
+{{- if not (deepEqual $a $b) -}}
+{{- $drift = append $drift (printf "config.%s" $path) -}}
+{{- end -}}
+{{- end -}}
+{{- if $drift -}}
+{{- fail (printf "%s differ from the config the chart's rules and dashboards were generated from (files/generated-config.yaml), so they would drift from the exporter: write the config to a file, run `ttft-exporter generate --config FILE` at the repository's top (it rewrites files/), or set prometheusRule.enabled and dashboards.enabled to false" (join ", " $drift)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,1 @@
+"""Prometheus client data model (prometheus/client_model), generated: see README.md."""
