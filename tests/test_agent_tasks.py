@@ -90,7 +90,7 @@ def test_max_tokens_headroom_and_truncation_in_every_api(server, recorded) -> No
 
 def test_the_round_trip_to_a_far_provider_is_network_not_provider(server, recorded) -> None:
     one_way = 0.05
-    with RelayThread(port_of(server), one_way) as relay:
+    with RelayThread(port_of(server), one_way, log=True) as relay:
         c = openai.OpenAI(base_url=relay.base_url + "/v1", api_key="t", max_retries=0)
         for _ in range(2):  # the second: after the SDK's first-use costs
             for _ in c.chat.completions.create(
@@ -100,8 +100,10 @@ def test_the_round_trip_to_a_far_provider_is_network_not_provider(server, record
     t = recorded.all()[-1]
     d = derive(t)
     s = step_of(t, d)
-    # The relay holds each way at least `one_way`; what it adds beyond is transport too.
-    assert 2 * one_way * 1e9 <= t.round_trip <= (2 * one_way + 0.03) * 1e9
+    # The relay holds each way at least `one_way` (later when the machine is busy: its log
+    # says how long it really held this exchange); what it adds beyond is transport too.
+    held = held_per_exchange(relay.relay)[-1]
+    assert 2 * one_way <= held and held * 1e9 <= t.round_trip <= (held + 0.03) * 1e9
     assert_near(d.phases["server"] - t.round_trip // 1000, 0.1, "provider's part of server")
     assert s.network == d.phases["connect"] + d.phases["send"] + t.round_trip // 1000
     assert s.queue + s.network + s.provider == d.duration
