@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import exporter
 import exporter.integrations
-from exporter._internal import names, push, runtime, tasks, wire
+from exporter._internal import names, otel, push, runtime, tasks, wire
 from exporter._internal.aggregator import Aggregator
 from exporter._internal.config import Config
 from exporter._internal.config_loader import load
@@ -310,6 +310,22 @@ def test_one_task_span_parents_its_calls_tools_and_guardrails(spans) -> None:
     for kind in names.TASK_KINDS:
         assert attrs[f"ttft_exporter.task.time.{kind}"] >= 0
     assert finished["execute_tool search"].attributes["gen_ai.tool.name"] == "search"
+
+
+def test_outside_a_task_a_block_is_a_span_only_inside_a_recording_span(spans) -> None:
+    """With no task, a tool block has nothing to count into; it is a span where the app
+    traces a request (a recording span is current), not a root span of its own."""
+    with exporter.tool("alone"):
+        pass
+    tracer = otel.trace.get_tracer_provider().get_tracer("app")
+    with tracer.start_as_current_span("request") as request:
+        with exporter.tool("in a request"), exporter.guardrail("pii"):
+            pass
+    finished = {s.name: s for s in spans.get_finished_spans()}
+    assert "execute_tool alone" not in finished
+    tool = finished["execute_tool in a request"]
+    assert tool.parent.span_id == request.get_span_context().span_id
+    assert finished["guardrail pii"].parent.span_id == tool.context.span_id  # nested in it
 
 
 # --- recorder, exposition, push ---------------------------------------------------------------

@@ -58,6 +58,11 @@ def tracing() -> bool:
     return not isinstance(trace.get_tracer_provider(), _NO_SPAN_PROVIDERS)
 
 
+def recording_span() -> bool:
+    """True when the span current in this context records (~0.5 µs: a context lookup)."""
+    return trace.get_current_span().is_recording()
+
+
 class CallSpan:
     """The span of one call, or nothing when tracing is off. Never raises into the caller."""
 

@@ -48,6 +48,11 @@ def _tracing(state: runtime.State | None) -> bool:
     return otel.tracing() and (state or runtime.state()).config.otel.traces
 
 
+def _in_recording_span() -> bool:
+    """A recording OpenTelemetry span is current here, and the config allows spans."""
+    return otel.recording_span() and runtime.state().config.otel.traces
+
+
 class Task:
     """One running agent task: what its steps and blocks reported, its deadline (a stamp)."""
 
@@ -219,9 +224,10 @@ class Block:
         owner = self._task
         if owner is None:
             owner = self._task = _TASK.get()
-        # In a task, spans iff the task has one (decided once: asking OpenTelemetry costs more
-        # than the rest of the block); outside any task, ask.
-        if (owner._span is not None) if owner is not None else _tracing(None):
+        # In a task, spans iff the task has one (decided once: asking OpenTelemetry for its
+        # provider costs more than the rest of the block); outside any task, iff a recording
+        # span is current (a request the app traces): one context lookup.
+        if (owner._span is not None) if owner is not None else _in_recording_span():
             try:
                 if self._kind == names.KIND_TOOL:
                     self._span = otel.TaskSpan(names.OP_EXECUTE_TOOL, self._name,
