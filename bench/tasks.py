@@ -5,7 +5,8 @@
 
 * a tool block (`with exporter.tool("t"): pass`) inside a running task and outside any, against
   the same loop with an empty block of a plain context manager; with and without an
-  OpenTelemetry SDK TracerProvider (spans to a processor that drops them);
+  OpenTelemetry SDK TracerProvider (spans to a processor that drops them; outside any task,
+  inside an app's request span, where such a block is a span);
 * a task with no step (enter, summary, one recorder lock, exit) against an empty block;
 * a 12-step task of manual `track()` calls against the same 12 calls outside a task: what a
   task adds to its steps (each step's split, the summary's intervals, the recording).
@@ -66,11 +67,25 @@ def _blocks(task: Task | None) -> Callable[[int], None]:
     return run
 
 
-def _outside(fn: Callable[[int], None]) -> Callable[[int], None]:
-    """`fn` run with no task current (in a fresh context)."""
+def _outside(fn: Callable[[int], None], traced: bool) -> Callable[[int], None]:
+    """`fn` run with no task current (in a fresh context); traced, inside a recording span
+    (a request the app traces: where a block outside any task is a span)."""
+    def in_span(n: int) -> None:
+        tracer = otel.trace.get_tracer_provider().get_tracer("bench")
+        with tracer.start_as_current_span("request"):
+            fn(n)
+
     def run(n: int) -> None:
-        contextvars.Context().run(fn, n)
+        contextvars.Context().run(in_span if traced else fn, n)
     return run
+
+
+def _spans(n: int) -> None:
+    """The app's own span per block: what OpenTelemetry costs without this library."""
+    tracer = otel.trace.get_tracer_provider().get_tracer("bench")
+    for _ in range(n):
+        with tracer.start_as_current_span("search"):
+            pass
 
 
 def _bare(n: int) -> None:
@@ -116,9 +131,13 @@ def block_cost(runs: int, ops: int) -> tuple[list[str], Stat]:
     in_task = None
     for traced in (False, True):
         with _tracing(traced):
+            contenders = {"bare": _bare}
             with exporter.task("bench") as task:
-                res = interleaved({"bare": _bare, "in task": _blocks(task),
-                                   "no task": _outside(_blocks(None))}, ops, runs)
+                contenders.update({"in task": _blocks(task),
+                                   "no task": _outside(_blocks(None), traced)})
+                if traced:
+                    contenders["span"] = _spans
+                res = interleaved(contenders, ops, runs)
         label = "with an SDK TracerProvider" if traced else "without tracing"
         for name in ("in task", "no task"):
             added = Stat.of([t - b for t, b in zip(res[name], res["bare"])])
@@ -126,9 +145,15 @@ def block_cost(runs: int, ops: int) -> tuple[list[str], Stat]:
                 in_task = added
             goal = f"≤ {GOAL_NS // 1000} µs" if not traced else ""
             verdict = ("met" if added.median <= GOAL_NS else "missed") if not traced else ""
-            where = "inside a task" if name == "in task" else "outside any task"
+            where = "inside a task" if name == "in task" else (
+                "outside any task, in a request span" if traced else "outside any task")
             lines.append(f"| tool block {where}, {label} | {added.fmt('ns')} | {goal} | "
                          f"{verdict} |")
+        if traced:  # the block's span against the app's own span, run by run
+            ratio = Stat.of([(t - b) / (p - b) for t, p, b in
+                             zip(res["in task"], res["span"], res["bare"])])
+            lines.append(f"| traced tool block inside a task / a plain "
+                         f"`start_as_current_span` block | {ratio.fmt('×', 2)} | | |")
     assert in_task is not None
     return lines, in_task
 
