@@ -40,6 +40,7 @@ from exporter._internal.timeline import derive
 from exporter._internal.panels import TOP
 from tests import test_shim_support as support
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
+from tests.support.timing import timing
 from tests.test_dashboards import AGENTS_UID, panels
 from tests.test_shim_support import Recorded, assert_near, script
 
@@ -88,6 +89,7 @@ def test_max_tokens_headroom_and_truncation_in_every_api(server, recorded) -> No
 # --- the network round trip -------------------------------------------------------------------
 
 
+@timing
 def test_the_round_trip_to_a_far_provider_is_network_not_provider(server, recorded) -> None:
     one_way = 0.05
     with RelayThread(port_of(server), one_way, log=True) as relay:
@@ -116,6 +118,7 @@ def test_the_round_trip_to_a_far_provider_is_network_not_provider(server, record
 # --- deadlines: as the SDK's timeout, and downstream --------------------------------------------
 
 
+@timing
 def test_sdk_timeout_passes_the_time_left_to_the_sdk(server, recorded) -> None:
     c = openai.OpenAI(base_url=server.base_url + "/v1", api_key="t", max_retries=0)
     c.chat.completions.create(model="m", messages=MESSAGES, extra_headers=script(tokens=1))
@@ -223,6 +226,7 @@ scrape_configs:
 MODES = {"classic": [], "native": ["--enable-feature=native-histograms"]}
 
 
+@timing
 def test_a_12_step_task_on_metrics_and_on_the_agent_dashboard(server, instrumented,
                                                               tmp_path: Path) -> None:
     """One exporter, scraped by two real Prometheus servers side by side: one storing classic

@@ -21,7 +21,8 @@ from exporter._internal.config import Config
 from exporter._internal.config_loader import load
 from exporter._internal.exposition import Renderer
 from exporter._internal.recorder import Recorder
-from exporter._internal.shim import deadline
+from exporter._internal.shim import deadline, manual
+from exporter._internal.shim import task as task_module
 from exporter._internal.timeline import CallTimeline, derive
 
 MS = 1_000_000  # ns
@@ -107,6 +108,27 @@ def test_orphan_tokens_from_token_stamps_or_the_time_share() -> None:
 # --- the API ----------------------------------------------------------------------------------
 
 
+class Clock:
+    """The shim's `perf_counter_ns()` (tasks, deadlines, calls), stopped: tests move it."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000 * MS
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += round(seconds * 1e9)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    for module in (task_module, deadline, manual):
+        monkeypatch.setattr(module, "perf_counter_ns", c)
+    return c
+
+
 def summaries(monkeypatch: pytest.MonkeyPatch) -> list[tasks.TaskSummary]:
     """Every summary the recorder receives (it still records them)."""
     rec = runtime.state().recorder
@@ -183,14 +205,14 @@ def test_threads_join_the_task_with_its_context_or_its_object(
 
 
 def test_a_nested_task_records_itself_and_counts_in_the_outer_one(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, clock: Clock) -> None:
     seen = summaries(monkeypatch)
     with exporter.task("outer", deadline=60) as outer:
         manual_call()
         with exporter.task("inner", deadline=30) as inner:
             manual_call()
-            assert exporter.remaining() == pytest.approx(30, abs=1)
-        assert exporter.remaining() == pytest.approx(60, abs=1)
+            assert exporter.remaining() == 30
+        assert exporter.remaining() == 60
     inner_s, outer_s = seen
     assert (inner_s.name, inner_s.steps, outer_s.name, outer_s.steps) == \
         ("inner", 1, "outer", 2)
@@ -230,32 +252,36 @@ def test_failed_tasks_and_folded_task_names() -> None:
 # --- deadlines across services ----------------------------------------------------------------
 
 
-def test_remaining_falls_to_zero_and_late_calls_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remaining_falls_to_zero_and_late_calls_count(monkeypatch: pytest.MonkeyPatch,
+                                                      clock: Clock) -> None:
     seen = summaries(monkeypatch)
     with exporter.task("late", deadline=0.02):
         manual_call()
-        time.sleep(0.03)  # past the deadline (pacing)
+        clock.advance(0.01)
+        assert exporter.remaining() == pytest.approx(0.01)
+        clock.advance(0.02)  # past the deadline
         assert exporter.remaining() == 0.0
         manual_call()
     s = seen.pop()
     assert (s.deadline, s.late_calls, s.orphan_tokens) == (names.DEADLINE_EXCEEDED, 1, 3)
 
 
-def test_the_propagator_carries_the_deadline_to_the_next_service() -> None:
+def test_the_propagator_carries_the_deadline_to_the_next_service(clock: Clock) -> None:
     propagator = exporter.integrations.DeadlinePropagator()
     carrier: dict[str, str] = {}
     propagator.inject(carrier)
     assert carrier == {}  # no deadline in force
     with exporter.task("upstream", deadline=2.0):
         propagator.inject(carrier)
-    assert 1900 <= int(carrier[names.DEADLINE_HEADER]) <= 2000
+    assert carrier[names.DEADLINE_HEADER] == "2000"
     from opentelemetry import context
 
     token = context.attach(propagator.extract(carrier))  # the downstream service
     try:
-        assert 1.8 < exporter.remaining() <= 2.0
+        assert exporter.remaining() == 2.0
+        clock.advance(0.5)
         with exporter.task("downstream", deadline=10) as t:
-            assert t.remaining() <= 2.0
+            assert t.remaining() == 1.5  # the inherited deadline, earlier than its own
     finally:
         context.detach(token)
     assert propagator.fields == {names.DEADLINE_HEADER}
@@ -264,7 +290,7 @@ def test_the_propagator_carries_the_deadline_to_the_next_service() -> None:
         assert deadline.parse(bad) is None
 
 
-async def test_middlewares_put_an_inbound_deadline_in_force() -> None:
+async def test_middlewares_put_an_inbound_deadline_in_force(clock: Clock) -> None:
     seen: list[float | None] = []
 
     async def handler(request: web.Request) -> web.Response:
@@ -276,14 +302,14 @@ async def test_middlewares_put_an_inbound_deadline_in_force() -> None:
     async with TestClient(TestServer(app)) as client:
         await client.get("/x", headers={names.DEADLINE_HEADER: "1500"})
         await client.get("/x")
-    assert 1.4 < seen[0] <= 1.5 and seen[1] is None
+    assert seen[0] == 1.5 and seen[1] is None
 
     async def asgi_app(scope: dict, receive: object, send: object) -> None:
         seen.append(exporter.remaining())
 
     asgi = exporter.integrations.ASGIMiddleware(asgi_app)
     await asgi({"type": "http", "headers": [(b"ttft-deadline-ms", b"800")]}, None, None)
-    assert 0.7 < seen[2] <= 0.8 and exporter.remaining() is None
+    assert seen[2] == 0.8 and exporter.remaining() is None
 
 
 # --- the task span ----------------------------------------------------------------------------
