@@ -222,6 +222,24 @@ def test_a_nested_task_records_itself_and_counts_in_the_outer_one(
             assert loose.remaining() <= 1
 
 
+def test_tasks_and_labels_nest_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Labels set around or inside a task label its calls; the task counts them all."""
+    seen = summaries(monkeypatch)
+    with exporter.labels(route="outer-route", tenant="acme"):
+        with exporter.task("labelled"):
+            manual_call()
+            with exporter.labels(route="inner-route"):
+                manual_call()
+                with exporter.task("inner"):
+                    manual_call()
+    inner, outer = seen
+    assert (inner.name, inner.steps, outer.name, outer.steps) == ("inner", 1, "labelled", 3)
+    text = runtime.state().renderer.render().decode()
+    for route, n in (("outer-route", 1), ("inner-route", 2)):
+        assert (f'llm_client_requests_total{{model="m",outcome="ok",provider="p",'
+                f'route="{route}",tenant="acme"}} {n}.0') in text
+
+
 def test_nothing_raises_into_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = runtime.state().recorder
     with exporter.task("bad deadline", deadline="soon") as t:  # type: ignore[arg-type]
