@@ -2,7 +2,8 @@
 
 Every byte is held `one_way` seconds in each direction, so a request costs one round trip more
 before its headers (the server phase) while the tokens keep their pace: the network term of the
-agent workload (agents.py) and of its end-to-end test. The kernel completes the client's TCP
+agent workload (agents.py) and of its end-to-end test, and the distance of the far region
+(far_region.py), where it stands in front of a TLS listener. The kernel completes the client's TCP
 connect to the relay at once, so the connect phase does not show the distance; requests on the
 SDKs' kept-alive connections, the common case, do not pay a connect anyway. A busy machine
 delivers late (a timer wakes the relay when the scheduler lets it); with `log` the relay keeps,
