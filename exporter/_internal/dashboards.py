@@ -158,7 +158,7 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
 
 
 def phases(config: Config, q: Queries) -> list[core.Panel]:
-    fam, mr = names.PHASE_FAMILY, q.mr()
+    fam = names.PHASE_FAMILY
     tok, cached_fam = names.INPUT_TOKENS, names.CACHED_INPUT_TOKENS
 
     def phase_sel(phase: str | None = None) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import importlib.util
 import ipaddress
 import shutil
 import ssl
@@ -35,11 +36,9 @@ ONE_WAY_SECONDS = 0.05
 
 def tls_available() -> bool:
     """True when a certificate can be made here (cryptography installed, or openssl)."""
-    try:
-        import cryptography  # noqa: F401
-    except ImportError:
-        return shutil.which("openssl") is not None
-    return True
+    if importlib.util.find_spec("cryptography") is not None:
+        return True
+    return shutil.which("openssl") is not None
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
