@@ -84,11 +84,11 @@ class SdkCall(Call):
     # httpx trace extension (httpcore / httpcore2 call it with each connection event).
     def __call__(self, name: str, info: dict) -> None:
         if name in _TRACED:  # about half of the events stamp nothing
-            self.on_trace(name)
+            self.on_trace(name, info)
 
-    def on_trace(self, name: str) -> None:
+    def on_trace(self, name: str, info: Any = None) -> None:
         try:
-            if httpx_trace.stamp(self.timeline, name) and self.streaming \
+            if httpx_trace.stamp(self.timeline, name, info) and self.streaming \
                     and not self._finished:
                 self._closed()
         except Exception:
@@ -204,7 +204,7 @@ class AsyncSdkCall(SdkCall):
 
     async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
         if name in _TRACED:
-            self.on_trace(name)
+            self.on_trace(name, info)
 
 
 def _collected(call: SdkCall) -> None:
