@@ -8,6 +8,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from exporter._internal import otel, runtime
+from tests.support import timing
+
+
+quiet_process = timing.quiet_process  # the `timing` mark's fixture
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +29,4 @@ def spans(monkeypatch) -> InMemorySpanExporter:
     provider.add_span_processor(SimpleSpanProcessor(memory))
     monkeypatch.setattr(otel.trace, "get_tracer_provider", lambda: provider)
     return memory
+

@@ -34,6 +34,7 @@ def served_metric_names() -> set[str]:
     """Every metric name the exporter serves (and `up`, which Prometheus adds per target)."""
     out = {"up", names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT, names.SELF_SERIES,
            names.SELF_TENANT_FOLDS, names.SELF_DROPS, names.SELF_SCRAPE_DURATION}
+    out |= {counter.name for counter in names.COUNTERS}
     for family in names.HISTOGRAMS:  # classic series, and the native histogram itself
         out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count", "")}
         if family.windowed:  # a summary of window quantiles

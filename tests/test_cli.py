@@ -67,7 +67,7 @@ def test_demo_prints_the_metrics_url_a_live_table_with_its_windows_and_a_summary
         assert b"llm_client_time_to_first_token_seconds_bucket" in \
             urllib.request.urlopen(url).read()
         match, _ = read_until(proc, r"^summary of the whole run \(0\.\d min\): (\d+) calls", 30)
-        assert int(match.group(1)) > 50  # ~10 calls/s for 12 s
+        assert int(match.group(1)) > 24  # ~10 calls/s for 12 s; ≥ 2/s on a loaded machine
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()

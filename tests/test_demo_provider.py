@@ -22,6 +22,7 @@ import pytest
 
 from exporter._internal.demo.latency import LatencyModel, LatencySimulator, ModelProfile
 from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer, run_provider
+from tests.support.timing import timing
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Why was that call slow?"}]
 TOOLS: list[Any] = [{"type": "function", "function": {
@@ -270,6 +271,7 @@ def test_disconnect_after_makes_the_sdks_raise(oai: openai.OpenAI, claude: anthr
 
 # --- Scripted timings --------------------------------------------------------------------------
 
+@timing
 def test_scripted_timings_hold_within_20ms(oai: openai.OpenAI):
     started = time.perf_counter()
     stream = oai.chat.completions.create(
@@ -314,6 +316,7 @@ def _first_event_times(api: str, client: Any) -> tuple[float, float]:
     return framing, token
 
 
+@timing
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 def test_framing_arrives_before_the_prefill(oai: openai.OpenAI, claude: anthropic.Anthropic,
                                             api: str):

@@ -12,8 +12,12 @@ import pytest
 import exporter
 from exporter._internal import names, runtime
 from exporter._internal.timeline import derive
-from tests.test_shim_support import (Recorded, assert_from_wire, assert_near, drops,  # noqa: F401
-                                     instrumented, recorded, script, server)
+from tests.support.timing import timing
+from tests import test_shim_support as support
+from tests.test_shim_support import Recorded, assert_from_wire, assert_near, drops, script
+
+# Shared fixtures of tests/test_shim_support.py.
+server, recorded, instrumented = support.server, support.recorded, support.instrumented
 
 MESSAGES = [{"role": "user", "content": "why is my first token slow?"}]
 TOOLS = [{"name": "lookup", "description": "look it up",
@@ -42,6 +46,7 @@ def twice(recorded: Recorded, fn):
     return fn()
 
 
+@timing
 def test_scripted_stream_phases_usage_and_thinking(server, recorded):
     c = client(server)
 
@@ -71,6 +76,7 @@ def test_scripted_stream_phases_usage_and_thinking(server, recorded):
         assert_near(gap, want, "gap")
 
 
+@timing
 def test_messages_stream_helper_sync_and_tool_use(server, recorded):
     c = client(server)
 
@@ -98,6 +104,7 @@ def test_messages_stream_text_stream(server, recorded):
     assert t.outcome == names.OK and len(t.token_times) == 5
 
 
+@timing
 def test_non_stream_message(server, recorded):
     c = client(server)
     message = twice(recorded, lambda: create(c, stream=False, server_wait=0.05, prefill=0.05,
@@ -127,6 +134,7 @@ def test_errors_are_the_sdks(server, recorded):
     assert len(cut.token_times) == 2
 
 
+@timing
 def test_timeout_and_abandon(server, recorded):
     c = client(server, timeout=0.25)
     with pytest.raises(anthropic.APITimeoutError):
@@ -165,6 +173,7 @@ def test_transparency(server):
     assert before == patched == summary()
 
 
+@timing
 async def test_async_stream_helper_cancel_and_concurrency(server, recorded):
     c = aclient(server)
     for _ in range(2):

@@ -16,8 +16,12 @@ import pytest
 import exporter
 from exporter._internal import names, runtime
 from exporter._internal.timeline import derive
-from tests.test_shim_support import (Recorded, assert_from_wire, assert_near, drops,  # noqa: F401
-                                     instrumented, recorded, script, server)
+from tests.support.timing import timing
+from tests import test_shim_support as support
+from tests.test_shim_support import Recorded, assert_from_wire, assert_near, drops, script
+
+# Shared fixtures of tests/test_shim_support.py.
+server, recorded, instrumented = support.server, support.recorded, support.instrumented
 
 MESSAGES = [{"role": "user", "content": "why is my first token slow?"}]
 TOOLS = [{"type": "function", "function": {
@@ -64,6 +68,7 @@ def chat_stream(c, **s):
                                      extra_headers=script(**s))
 
 
+@timing
 def test_scripted_stream_every_phase_and_metric(server, recorded):
     c = client(server)
     warm(c, recorded)
@@ -96,6 +101,7 @@ def test_scripted_stream_every_phase_and_metric(server, recorded):
     assert rec.in_flight[("gpt-test", "local", "support-bot")] == 0
 
 
+@timing
 def test_framing_first_stream_starts_ttft_at_the_first_token(server, recorded):
     """The role-only chunk arrives right after the headers; the first token after prefill."""
     c = client(server)
@@ -110,6 +116,7 @@ def test_framing_first_stream_starts_ttft_at_the_first_token(server, recorded):
     assert len(t.token_times) == 3  # role-only, finish and usage-only chunks are framing
 
 
+@timing
 def test_reasoning_stream(server, recorded):
     c = client(server)
     text = reasoning = ""
@@ -129,6 +136,7 @@ def test_reasoning_stream(server, recorded):
     assert_near(d.phases["decode"], 0.06, "decode")
 
 
+@timing
 def test_tool_call_stream(server, recorded):
     c = client(server)
 
@@ -151,6 +159,7 @@ def test_tool_call_stream(server, recorded):
     assert_near(d.phases["decode"], 0.06, "decode")
 
 
+@timing
 def test_responses_stream_reasoning_summary_and_text(server, recorded):
     c = client(server)
     kinds = measured(recorded, lambda: [e.type for e in c.responses.create(
@@ -167,6 +176,7 @@ def test_responses_stream_reasoning_summary_and_text(server, recorded):
     assert_from_wire(d.first_answer, d, 0.19, "first answer")
 
 
+@timing
 def test_responses_tool_call_stream(server, recorded):
     c = client(server)
     measured(recorded, lambda: list(c.responses.create(
@@ -177,6 +187,7 @@ def test_responses_tool_call_stream(server, recorded):
     assert_from_wire(derive(t).ttft, derive(t), 0.05, "ttft")
 
 
+@timing
 def test_non_stream_calls_ttft_is_the_parsed_body(server, recorded):
     """Not streamed: the first token reaches the caller with the whole body; only the network
     phases exist apart (server and prefill are not recorded)."""
@@ -202,6 +213,7 @@ def test_non_stream_calls_ttft_is_the_parsed_body(server, recorded):
     assert resp.output_tokens == 2 and resp.outcome == names.OK
 
 
+@timing
 def test_stream_helpers(server, recorded):
     c = client(server)
 
@@ -306,6 +318,7 @@ def test_same_objects_pass_through(server, instrumented):
 
 @pytest.mark.parametrize("status,error", [(429, openai.RateLimitError),
                                           (500, openai.InternalServerError)])
+@timing
 def test_http_errors_are_reraised_untouched(server, recorded, status, error):
     c = client(server)
     with pytest.raises(error) as caught:
@@ -334,6 +347,7 @@ def test_mid_stream_disconnect(server, recorded):
     assert t.outcome == names.ERROR and len(t.token_times) == 3 and len(got) == 4
 
 
+@timing
 def test_client_timeout_before_and_during_the_stream(server, recorded):
     c = client(server, timeout=0.3)
     with pytest.raises(openai.APITimeoutError):
@@ -375,6 +389,7 @@ def test_exhausted_stream_is_ok_even_when_closed_after(server, recorded):
     assert recorded.one().outcome == names.OK
 
 
+@timing
 async def test_async_stream_timings_and_cancel(server, recorded):
     c = aclient(server)
     for _ in range(2):  # the first run pays first-use costs (see `measured`)

@@ -316,6 +316,7 @@ class Aggregator:
         delta.requests = counters.requests  # type: ignore[assignment]
         delta.tenant_folds = counters.folds  # type: ignore[assignment]
         delta.dropped = counters.drops
+        delta.counters = counters.counts  # type: ignore[assignment]
         doc = wire.payload(delta, rec.schema.layouts())
         doc["applied"] = [[worker, seqs.floor, sorted(seqs.above)]
                           for worker, seqs in self.applied.items()]

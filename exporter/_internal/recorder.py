@@ -38,10 +38,11 @@ from . import exemplar, names
 from .clock import SYSTEM, Clock
 from .config import Config
 from .exemplar import Exemplar
-from .guard import LabelGuard
+from .guard import CAPPED, LabelGuard
 from .histogram import Histogram, WindowPart
 from .schema import Schema
 from .series import FamilyState, Series
+from .tasks import TaskSummary
 from .timeline import CallTimeline, Derived, derive
 from .wire import Delta
 
@@ -63,6 +64,7 @@ class Counters(NamedTuple):
     folds: dict[tuple[str, str], int]  # (model, route) -> calls whose tenant folded
     series: int
     label_folds: dict[str, int]  # label -> calls whose model, route, provider... folded
+    counts: dict[str, dict[tuple[str, ...], int]]  # names.COUNTERS: name -> row -> count
 
 
 class Taken(NamedTuple):
@@ -75,11 +77,16 @@ class Taken(NamedTuple):
     folds: dict[tuple[str, str], int]
     drops: dict[str, int]
     label_folds: dict[str, int]
+    counts: dict[str, dict[tuple[str, ...], int]]
 
 
-#: A call (or drop) queued because its thread held the lock: (timeline, in-flight key,
-#: derived) or a drop reason.
-_Deferred = Union[tuple[CallTimeline, Union[InFlightKey, None], Derived], str]
+#: A call, task or drop queued because its thread held the lock: (timeline, in-flight key,
+#: derived), a task's summary, or a drop reason.
+_Deferred = Union[tuple[CallTimeline, Union[InFlightKey, None], Derived], TaskSummary, str]
+
+
+def _no_counts() -> dict[str, dict[tuple[str, ...], int]]:
+    return {counter.name: {} for counter in names.COUNTERS}
 
 
 class _Held:
@@ -118,6 +125,8 @@ class Recorder:
         self.requests: dict[tuple[str, str, str, str, str], int] = {}  # model,outcome,prov,route,ten
         self.in_flight: dict[InFlightKey, int] = {}  # model, provider, route
         self.drops: dict[str, int] = {reason: 0 for reason in names.DROP_REASONS}
+        #: names.COUNTERS by name: label values (the counter's label order) -> count.
+        self.counts: dict[str, dict[tuple[str, ...], int]] = _no_counts()
         self._dirty: set[Series] = set()
         self._gauge_keys: set[InFlightKey] = set()  # aggregator: in-flight keys of all workers
         #: (model, provider, route) triples the guard keeps as they are (clean, within the
@@ -127,7 +136,8 @@ class Recorder:
         #: The families every call records, in the order `_record_locked` reads its values.
         self._call_states = tuple(self.families[fam.name] for fam in (
             names.TTFT, names.FIRST_ANSWER, names.TPOT, names.STALL, names.DURATION,
-            names.INPUT_TOKENS, names.OUTPUT_TOKENS, names.CACHED_INPUT_TOKENS))
+            names.INPUT_TOKENS, names.OUTPUT_TOKENS, names.CACHED_INPUT_TOKENS,
+            names.REQUESTED_MAX_TOKENS, names.MAX_TOKENS_HEADROOM))
 
     # --- the lock -----------------------------------------------------------------------------
 
@@ -158,9 +168,11 @@ class Recorder:
             if isinstance(item, str):
                 self.drops[item] = self.drops.get(item, 0) + 1
                 continue
-            t, key, derived = item
             try:
-                self._finish_locked(t, key, derived)
+                if isinstance(item, TaskSummary):
+                    self._task_locked(item)
+                else:
+                    self._finish_locked(*item)
             except Exception:
                 self.drops[names.DROP_INTERNAL] += 1
 
@@ -235,6 +247,19 @@ class Recorder:
         except Exception:
             self.count_drop(names.DROP_INTERNAL)
 
+    def record_task(self, summary: TaskSummary) -> None:
+        """Record every metric of one finished agent task (tasks.summarize), under one lock."""
+        try:
+            if not self._acquire():
+                self._deferred.append(summary)
+                return
+            try:
+                self._task_locked(summary)
+            finally:
+                self._release()
+        except Exception:
+            self.count_drop(names.DROP_INTERNAL)
+
     def count_drop(self, reason: str) -> None:
         """Count one value, series or call not recorded (never raises, never deadlocks)."""
         try:
@@ -282,6 +307,12 @@ class Recorder:
             other = names.OTHER_TENANT
             key = self._row(requests, key, (other, outcome, other, other, other))
         requests[key] = requests.get(key, 0) + 1
+        if t.finish_reason is not None:
+            self._add(names.FINISH_REASONS_TOTAL,
+                      (names.finish_reason(t.finish_reason), model, provider, route))
+        max_tokens, headroom = t.max_tokens, None
+        if max_tokens is not None and t.output_tokens is not None:
+            headroom = max(0, max_tokens - t.output_tokens)
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
         with_tenant = (model, provider, route, tenant)
@@ -290,7 +321,7 @@ class Recorder:
         trace_id = t.trace_id
         for state, value in zip(self._call_states, (
                 d.ttft, d.first_answer, d.tpot, d.stall, d.duration, t.input_tokens,
-                t.output_tokens, t.cached_input_tokens)):
+                t.output_tokens, t.cached_input_tokens, max_tokens, headroom)):
             if value is None:
                 continue
             values = with_tenant if state.has_tenant else base
@@ -332,6 +363,33 @@ class Recorder:
                         series.fold(self._keep)
                 else:
                     observe(state, values, value, slice_id)
+
+    def _task_locked(self, s: TaskSummary) -> None:
+        task = self.guard.value(names.TASK, s.name)
+        slice_id = s.end // self.slice_ns
+        families, observe, key = self.families, self._observe, (task,)
+        for fam, value in ((names.TASK_DURATION, s.duration), (names.TASK_STEPS, s.steps),
+                           (names.TASK_CRITICAL_PATH, s.critical_path)):
+            observe(families[fam.name], key, value, slice_id)
+        state = families[names.TASK_TIME.name]
+        for kind, value in s.kinds.items():
+            observe(state, (kind, task), value, slice_id)  # (kind, task): sorted label order
+        outcome = s.outcome if s.outcome in names.OUTCOMES else names.ERROR
+        self._add(names.TASKS_TOTAL, (s.deadline, outcome, task))
+        self._add(names.TASK_WATERFALL_CALLS, key, s.waterfall_calls)
+        if s.deadline != names.DEADLINE_NONE:  # rows at 0 too: "no late call" is an answer
+            self._add(names.TASK_LATE_CALLS, key, s.late_calls)
+            self._add(names.TASK_ORPHAN_TOKENS, key, s.orphan_tokens)
+
+    def _add(self, counter: names.Counter, key: tuple[str, ...], n: int = 1,
+             folds: int = 1) -> None:
+        """Add `n` to a counter's row; past `max_series` rows, to its overflow row."""
+        rows = self.counts[counter.name]
+        if key not in rows:
+            overflow = tuple(v if label in names.CLOSED_LABELS else names.OTHER_TENANT
+                             for label, v in zip(counter.labels, key))
+            key = self._row(rows, key, overflow, folds)
+        rows[key] = rows.get(key, 0) + n
 
     def _row(self, rows: dict, key: tuple[str, ...], overflow: tuple[str, ...],
              count: int = 1) -> tuple[str, ...]:
@@ -439,7 +497,8 @@ class Recorder:
             drops[names.DROP_BAD_LABEL] += self.guard.bad_labels
             return Counters(dict(self.requests), dict(self.in_flight), drops,
                             dict(self.guard.folds), self.series_count,
-                            dict(self.guard.label_folds))
+                            dict(self.guard.label_folds),
+                            {name: dict(rows) for name, rows in self.counts.items()})
 
     # --- the store operations of the other process roles ----------------------------------------
 
@@ -462,6 +521,7 @@ class Recorder:
                     taken.append((series, hist, pending, exemplars))
                 series.slices = None
             requests, self.requests = self.requests, {}
+            counts, self.counts = self.counts, _no_counts()
             in_flight = {key: n for key, n in self.in_flight.items() if n}
             drops = {reason: n for reason, n in self.drops.items() if n}
             for reason in drops:
@@ -480,7 +540,7 @@ class Recorder:
             if exemplars:
                 exemplars_by_key[key] = exemplars
         return Taken(histograms, exemplars_by_key, requests, in_flight, folds, drops,
-                     label_folds)
+                     label_folds, counts)
 
     def absorb(self, delta: Delta, window: bool = True) -> None:
         """Aggregator: add a validated delta exactly (HDR add, straddles, sums, counters).
@@ -513,6 +573,10 @@ class Recorder:
                 key = self._row(self.requests, (model, outcome, provider, route, tenant),
                                 (other, outcome, other, other, other), n)
                 self.requests[key] = self.requests.get(key, 0) + n
+            for name, rows in delta.counters.items():
+                counter = names.COUNTERS_BY_NAME[name]
+                for values, n in rows.items():
+                    self._add(counter, self._relabel(counter.labels, values), n, folds=0)
             for (model, route), n in delta.tenant_folds.items():
                 key = (guard.known(names.MODEL, model), guard.known(names.ROUTE, route))
                 guard.folds[key] = guard.folds.get(key, 0) + n
@@ -526,8 +590,9 @@ class Recorder:
         """A worker's label values through this guard (folds counted with the calls)."""
         labels = dict(zip(label_names, values))
         guard = self.guard
-        for label in (names.MODEL, names.ROUTE, names.PROVIDER):
-            labels[label] = guard.known(label, labels[label])
+        for label in CAPPED:
+            if label in labels:
+                labels[label] = guard.known(label, labels[label])
         if names.TENANT in labels:
             labels[names.TENANT] = guard.tenant(labels[names.MODEL], labels[names.ROUTE],
                                                 labels[names.TENANT], policy=False, count=0)

@@ -43,6 +43,13 @@ class CallTimeline:
     reasoning_output_tokens: int | None = None
     outcome: str | None = None
     trace_id: str | None = None
+    #: The request's max_tokens (max_completion_tokens, max_output_tokens), when it set one.
+    max_tokens: int | None = None
+    #: The provider's own stop reason as it reported it (`length`, `end_turn`, ...).
+    finish_reason: str | None = None
+    #: ns of the server phase (sent -> headers) the provider did not spend itself by its own
+    #: account (`openai-processing-ms`): the network round trip. None when it does not say.
+    round_trip: int | None = None
 
     def token(self, now: int, kind: str = names.CONTENT) -> None:
         """Note one token event at `now`: a stamp and a counter, nothing more."""

@@ -36,6 +36,8 @@ _START: ContextVar[list | None] = ContextVar("ttft_exporter_start", default=None
 _CURRENT: ContextVar["SdkCall | None"] = ContextVar("ttft_exporter_current", default=None)
 #: Set by `uninstrument()`: hooks still installed (e.g. under a later patch) pass through.
 enabled = [False]
+#: Where a request body states its output limit (Chat, Responses, Anthropic Messages).
+_MAX_TOKENS_KEYS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
 class SDK:
@@ -64,6 +66,15 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
         endpoint, start, genai_provider(provider, sdk.name))
     call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
         isinstance(body, dict) and body.get("stream"))
+    if isinstance(body, dict):
+        for key in _MAX_TOKENS_KEYS:
+            limit = body.get(key)
+            if limit is not None:
+                call.max_tokens(limit)
+                break
+    task = call.task
+    if task is not None and task.sdk_timeout:
+        task.limit(options)
     return call
 
 

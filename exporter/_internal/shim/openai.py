@@ -86,11 +86,11 @@ def chat_usage(obj: Any, call: SdkCall) -> None:
                        model=getattr(obj, "model", None))
         else:
             call.usage(model=getattr(obj, "model", None))
-        if call._attributes:  # only the span and the GenAI metrics read these
+        if call._attributes:  # only the span and the GenAI metrics read the id
             call.response(id=getattr(obj, "id", None))
-            if not call.streaming:
-                for choice in getattr(obj, "choices", None) or ():
-                    call.response(finish_reason=getattr(choice, "finish_reason", None))
+        if not call.streaming:
+            for choice in getattr(obj, "choices", None) or ():
+                call.response(finish_reason=getattr(choice, "finish_reason", None))
         return
     usage = field(obj, "usage")
     call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),

@@ -102,11 +102,11 @@ class SdkCall(Call):
     # httpx trace extension (httpcore / httpcore2 call it with each connection event).
     def __call__(self, name: str, info: dict) -> None:
         if name in _TRACED:  # about half of the events stamp nothing
-            self.on_trace(name)
+            self.on_trace(name, info)
 
-    def on_trace(self, name: str) -> None:
+    def on_trace(self, name: str, info: Any = None) -> None:
         try:
-            if httpx_trace.stamp(self.timeline, name) and self.streaming \
+            if httpx_trace.stamp(self.timeline, name, info) and self.streaming \
                     and not self._finished:
                 self._closed()
         except Exception:
@@ -135,9 +135,9 @@ class SdkCall(Call):
         t = self.timeline
         t.dispatched = t.connected = t.sent = t.headers = None
         httpx_trace.attach(request, self)
-        if not self._attributes:
-            return  # no span to propagate, and nothing reads the attributes below
         self.inject(request.headers)
+        if not self._attributes:
+            return  # nothing reads the attributes below (no span, no GenAI metrics)
         url = request.url  # (httpx's URL properties parse: ~1 µs for these three)
         self.span_attributes[names.ATTR_SERVER_ADDRESS] = url.host
         self.span_attributes[names.ATTR_SERVER_PORT] = url.port or (
@@ -223,7 +223,7 @@ class AsyncSdkCall(SdkCall):
 
     async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
         if name in _TRACED:
-            self.on_trace(name)
+            self.on_trace(name, info)
 
 
 def _collected(call: SdkCall) -> None:
