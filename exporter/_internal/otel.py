@@ -15,6 +15,7 @@ default no-op providers cost one `isinstance` per call.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -53,8 +54,25 @@ def _tracer(provider: Any) -> Any:
     return found[1]
 
 
+#: With no provider set, the API's `get_tracer_provider()` looks its environment variable up in
+#: `os.environ` on every call (a KeyError raised and caught inside `os.environ`, ~1 µs).
+#: `tracing()` answers that case from the same data: the API's function as imported (not
+#: replaced, e.g. by a test), no provider set yet, the variable not in the environment's dict.
+_API_GET_TRACER_PROVIDER = trace.get_tracer_provider
+_ENVIRON: Any = getattr(os.environ, "_data", None)
+try:
+    _PROVIDER_ENV_KEY: Any = os.environ.encodekey(  # type: ignore[attr-defined]
+        "OTEL_PYTHON_TRACER_PROVIDER")
+except Exception:  # pragma: no cover - not CPython's os.environ
+    _ENVIRON = None
+
+
 def tracing() -> bool:
     """True when the app installed a TracerProvider that records (one isinstance per call)."""
+    if trace.get_tracer_provider is _API_GET_TRACER_PROVIDER and _ENVIRON is not None \
+            and getattr(trace, "_TRACER_PROVIDER", False) is None \
+            and _PROVIDER_ENV_KEY not in _ENVIRON:
+        return False  # get_tracer_provider() would return the no-op proxy
     return not isinstance(trace.get_tracer_provider(), _NO_SPAN_PROVIDERS)
 
 

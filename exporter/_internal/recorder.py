@@ -28,6 +28,7 @@ HDR counters. The number of series is capped by `labels.max_series`; tenants by
 from __future__ import annotations
 
 import threading
+from threading import get_ident
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -128,6 +129,15 @@ class Recorder:
         self.counts: dict[str, dict[tuple[str, ...], int]] = _no_counts()
         self._dirty: set[Series] = set()
         self._gauge_keys: set[InFlightKey] = set()  # aggregator: in-flight keys of all workers
+        #: (model, provider, route) triples the guard keeps as they are (clean, within the
+        #: caps): a set lookup per call instead of six guard calls. Only values whose guard
+        #: calls have no effect are here (never a folded, replaced or counted value).
+        self._kept: set[tuple[str, str, str]] = set()
+        #: The families every call records, in the order `_record_locked` reads its values.
+        self._call_states = tuple(self.families[fam.name] for fam in (
+            names.TTFT, names.FIRST_ANSWER, names.TPOT, names.STALL, names.DURATION,
+            names.INPUT_TOKENS, names.OUTPUT_TOKENS, names.CACHED_INPUT_TOKENS,
+            names.REQUESTED_MAX_TOKENS, names.MAX_TOKENS_HEADROOM))
 
     # --- the lock -----------------------------------------------------------------------------
 
@@ -181,17 +191,33 @@ class Recorder:
     def started(self, model: str, provider: str, route: str) -> InFlightKey:
         """Count a call in flight; returns the key to pass back to `record_call`."""
         try:
-            if not self._acquire():
+            # `_acquire()` / `_release()` written out (here and in `record_call`): these two
+            # run on every call, in the caller's thread.
+            me = get_ident()
+            if self._owner == me:
                 return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
+            lock = self._lock
+            lock.acquire()
+            self._owner = me
             try:
-                guard = self.guard
-                key = (guard.known(names.MODEL, model), guard.known(names.PROVIDER, provider),
-                       guard.known(names.ROUTE, route))
-                key = self._row(self.in_flight, key, (names.OTHER_TENANT,) * 3)  # type: ignore
-                self.in_flight[key] = self.in_flight.get(key, 0) + 1
+                if self._deferred:
+                    self._run_deferred()
+                key = (model, provider, route)
+                if key not in self._kept:
+                    guard = self.guard
+                    key = self._keep_if_same(key, (
+                        guard.known(names.MODEL, model), guard.known(names.PROVIDER, provider),
+                        guard.known(names.ROUTE, route)))
+                in_flight = self.in_flight
+                if key not in in_flight:
+                    key = self._row(in_flight, key, (names.OTHER_TENANT,) * 3)  # type: ignore
+                in_flight[key] = in_flight.get(key, 0) + 1
                 return key
             finally:
-                self._release()
+                if self._deferred:
+                    self._run_deferred()
+                self._owner = None
+                lock.release()
         except Exception:
             self.count_drop(names.DROP_INTERNAL)
             return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
@@ -202,13 +228,22 @@ class Recorder:
         try:
             if derived is None:
                 derived = derive(t)
-            if not self._acquire():
+            me = get_ident()
+            if self._owner == me:
                 self._deferred.append((t, in_flight_key, derived))
                 return
+            lock = self._lock
+            lock.acquire()
+            self._owner = me
             try:
+                if self._deferred:
+                    self._run_deferred()
                 self._finish_locked(t, in_flight_key, derived)
             finally:
-                self._release()
+                if self._deferred:
+                    self._run_deferred()
+                self._owner = None
+                lock.release()
         except Exception:
             self.count_drop(names.DROP_INTERNAL)
 
@@ -244,16 +279,34 @@ class Recorder:
             self.in_flight[in_flight_key] -= 1  # an idle row stays, at 0 (its rows are bounded)
         self._record_locked(t, d)
 
+    def _keep_if_same(self, raw: tuple[str, str, str], labels: tuple[str, str, str]
+                      ) -> tuple[str, str, str]:
+        """`labels` (the guard's answer for `raw`); remembered in `_kept` when it is `raw`
+        itself, so the next call with these values skips the guard (which would do nothing)."""
+        if labels[0] is raw[0] and labels[1] is raw[1] and labels[2] is raw[2] \
+                and raw[0].__class__ is str and raw[1].__class__ is str \
+                and raw[2].__class__ is str and names.OTHER_TENANT not in raw \
+                and len(self._kept) < self.config.labels.max_series:
+            self._kept.add(raw)
+        return labels
+
     def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
-        model, provider, route = guard.value(names.MODEL, t.model), \
-            guard.value(names.PROVIDER, t.provider), guard.value(names.ROUTE, t.route)
-        tenant = guard.tenant(model, route, t.tenant)
+        model, provider, route = base = (t.model, t.provider, t.route)
+        if base not in self._kept:
+            model, provider, route = base = self._keep_if_same(base, (
+                guard.value(names.MODEL, model), guard.value(names.PROVIDER, provider),
+                guard.value(names.ROUTE, route)))
+        raw_tenant = t.tenant
+        tenant = names.UNKNOWN if raw_tenant is None or raw_tenant == "" else \
+            guard.tenant(model, route, raw_tenant)
         outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
-        other = names.OTHER_TENANT
-        key = self._row(self.requests, (model, outcome, provider, route, tenant),
-                        (other, outcome, other, other, other))
-        self.requests[key] = self.requests.get(key, 0) + 1
+        requests = self.requests
+        key = (model, outcome, provider, route, tenant)
+        if key not in requests:
+            other = names.OTHER_TENANT
+            key = self._row(requests, key, (other, outcome, other, other, other))
+        requests[key] = requests.get(key, 0) + 1
         if t.finish_reason is not None:
             self._add(names.FINISH_REASONS_TOTAL,
                       (names.finish_reason(t.finish_reason), model, provider, route))
@@ -262,35 +315,54 @@ class Recorder:
             headroom = max(0, max_tokens - t.output_tokens)
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
-        base = (model, provider, route)
         with_tenant = (model, provider, route, tenant)
         observe = self._observe
+        dirty = self._dirty
         trace_id = t.trace_id
-        for fam, value in ((names.TTFT, d.ttft), (names.FIRST_ANSWER, d.first_answer),
-                           (names.TPOT, d.tpot), (names.STALL, d.stall),
-                           (names.DURATION, d.duration), (names.INPUT_TOKENS, t.input_tokens),
-                           (names.OUTPUT_TOKENS, t.output_tokens),
-                           (names.CACHED_INPUT_TOKENS, t.cached_input_tokens),
-                           (names.REQUESTED_MAX_TOKENS, max_tokens),
-                           (names.MAX_TOKENS_HEADROOM, headroom)):
-            if value is not None:
-                state = self.families[fam.name]
-                series = observe(state, with_tenant if state.has_tenant else base, value,
-                                 slice_id)
-                if trace_id and series is not None and state.windowed:
-                    self._exemplar(series, value, trace_id)
+        for state, value in zip(self._call_states, (
+                d.ttft, d.first_answer, d.tpot, d.stall, d.duration, t.input_tokens,
+                t.output_tokens, t.cached_input_tokens, max_tokens, headroom)):
+            if value is None:
+                continue
+            values = with_tenant if state.has_tenant else base
+            series = state.series.get(values)
+            if series is not None and value.__class__ is int and value >= 0 \
+                    and slice_id <= series.pending_slice:
+                # `_observe`'s common case inline (a valid value, a known series, the same
+                # window slice): one Python call less per value
+                dirty.add(series)
+                pending = series.pending
+                pending.append(value)
+                if len(pending) >= PENDING_MAX:
+                    series.fold(self._keep)
+            else:
+                series = observe(state, values, value, slice_id)
+            if trace_id and series is not None and state.windowed:
+                self._exemplar(series, value, trace_id)
         if d.gaps:  # already a batch: fold it at once
             state = self.families[names.ITL.name]
             series = self._series(state, with_tenant if state.has_tenant else base)
             if series is not None:
                 series.pending.extend(d.gaps)
                 series.fold(self._keep)
-        state = self.families[names.PHASE_FAMILY.name]
-        for phase, value in d.phases.items():
-            # label order (model, phase, provider, route[, tenant]) is the sorted order
-            values = (model, phase, provider, route, tenant) if state.has_tenant else \
-                (model, phase, provider, route)
-            observe(state, values, value, slice_id)
+        if d.phases:
+            state = self.families[names.PHASE_FAMILY.name]
+            has_tenant = state.has_tenant
+            all_series = state.series
+            for phase, value in d.phases.items():
+                # label order (model, phase, provider, route[, tenant]) is the sorted order
+                values = (model, phase, provider, route, tenant) if has_tenant else \
+                    (model, phase, provider, route)
+                series = all_series.get(values)
+                if series is not None and value.__class__ is int and value >= 0 \
+                        and slice_id <= series.pending_slice:  # as above
+                    dirty.add(series)
+                    pending = series.pending
+                    pending.append(value)
+                    if len(pending) >= PENDING_MAX:
+                        series.fold(self._keep)
+                else:
+                    observe(state, values, value, slice_id)
 
     def _task_locked(self, s: TaskSummary) -> None:
         task = self.guard.value(names.TASK, s.name)

@@ -99,7 +99,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 finally:
                     _CURRENT.reset(token)
             token = _CURRENT.set(call)
-            span_token = call.activate()
+            span_token = call.activate() if call.span is not None else None
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
             except BaseException as exc:
@@ -107,7 +107,8 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 raise
             finally:
                 _CURRENT.reset(token)
-                call.deactivate(span_token)
+                if call.span is not None:
+                    call.deactivate(span_token)
             call.returned(result, bool(kwargs.get("stream")))
             return result
         return request
@@ -129,7 +130,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             finally:
                 _CURRENT.reset(token)
         token = _CURRENT.set(call)
-        span_token = call.activate()
+        span_token = call.activate() if call.span is not None else None
         try:
             result = original(self, cast_to, options, *args, **kwargs)
         except BaseException as exc:
@@ -137,7 +138,8 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             raise
         finally:
             _CURRENT.reset(token)
-            call.deactivate(span_token)
+            if call.span is not None:
+                call.deactivate(span_token)
         call.returned(result, bool(kwargs.get("stream")))
         return result
     return request

@@ -27,11 +27,11 @@ class Call:
     """One tracked call. Methods are cheap and safe to call in any order, any number of times."""
 
     __slots__ = ("timeline", "span", "span_attributes", "genai_provider", "requested_model",
-                 "task", "_state", "_in_flight", "_finished")
+                 "task", "_state", "_in_flight", "_finished", "_attributes")
 
     def __init__(self, model: str, provider: str, route: str | None, tenant: str | None,
                  start: int | None = None, genai_provider: str | None = None):
-        labels = context.current()
+        labels = context._current.get()  # (context.current(), without the call)
         #: `gen_ai.provider.name` (the SDK patch passes a well-known value or the SDK's API).
         self.genai_provider = genai_provider or provider
         self.requested_model = model
@@ -54,6 +54,9 @@ class Call:
                 self.span = otel.CallSpan(t, provider=self.genai_provider)
             except Exception:  # the app's tracer provider failed: measure without a span
                 self.count_drop()
+        #: Whether anything reads `span_attributes` (the span, the GenAI metrics): when not,
+        #: the per-call work of filling them is skipped.
+        self._attributes = self.span is not None or state.config.otel.metrics
 
     def activate(self) -> object | None:
         """Make the call's span current while the client sends it (an SDK's own spans nest)."""
@@ -104,11 +107,19 @@ class Call:
         reasoning), the response model when it differs, and the provider's stop reason
         (`stop`, `length`, `end_turn`, `max_tokens`, ...; as `response(finish_reason=...)`)."""
         t = self.timeline
-        for attr, value in (("input_tokens", input), ("output_tokens", output),
-                            ("cached_input_tokens", cached),
-                            ("reasoning_output_tokens", reasoning)):
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                setattr(t, attr, value)
+        # Each value: an int (not a bool), not negative. Written out: once per call.
+        if (input.__class__ is int or isinstance(input, int) and input.__class__ is not bool) \
+                and input >= 0:  # type: ignore[operator]
+            t.input_tokens = input
+        if (output.__class__ is int or isinstance(output, int) and output.__class__ is not bool
+                ) and output >= 0:  # type: ignore[operator]
+            t.output_tokens = output
+        if (cached.__class__ is int or isinstance(cached, int) and cached.__class__ is not bool
+                ) and cached >= 0:  # type: ignore[operator]
+            t.cached_input_tokens = cached
+        if (reasoning.__class__ is int or isinstance(reasoning, int)
+                and reasoning.__class__ is not bool) and reasoning >= 0:  # type: ignore[operator]
+            t.reasoning_output_tokens = reasoning
         if model:
             t.model = model
         if finish_reason is not None:
@@ -122,11 +133,13 @@ class Call:
     def response(self, id: str | None = None, finish_reason: str | None = None) -> None:
         """The response's id and (once per choice) why the model stopped, for the span; the
         first choice's reason is the call's (the finish-reason counter, truncation rate)."""
-        if isinstance(id, str) and id:
+        if isinstance(id, str) and id and self._attributes:
             self.span_attributes[names.ATTR_RESPONSE_ID] = id
         if isinstance(finish_reason, str) and finish_reason:
             if self.timeline.finish_reason is None:
                 self.timeline.finish_reason = finish_reason
+            if not self._attributes:
+                return  # no span, no GenAI metrics: nothing reads the attributes
             reasons = self.span_attributes.setdefault(names.ATTR_FINISH_REASONS, [])
             if len(reasons) < 16:
                 reasons.append(finish_reason)
