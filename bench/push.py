@@ -94,16 +94,21 @@ def aggregator_cpu(workers: int, calls_per_push: int, rounds: int
     tune_gc()  # as `ttft-exporter serve` does
     server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0).start()
     clock = time.pthread_getcpuclockid(server._thread.ident)  # type: ignore[arg-type]
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     layouts = target.schema.layouts()
     shares, per_push_ms = [], []
     body_bytes = series = 0
+    conn = None
     try:
         for r in range(rounds):
             deltas = worker_deltas(workers, calls_per_push, seed=r)
             series = sum(len(d.histograms) for d in deltas)
             bodies = encoded(deltas, 1, layouts)
             body_bytes = sum(len(b) for b in bodies)
+            # A connection per round: on a busy machine making the deltas can outlast the
+            # server's keep-alive header timeout, which closes an idle connection.
+            if conn is not None:
+                conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
             start = time.clock_gettime(clock)
             for body in bodies:
                 conn.request("POST", wire.PUSH_PATH, body=body,
@@ -118,7 +123,8 @@ def aggregator_cpu(workers: int, calls_per_push: int, rounds: int
         renderer.render()
         scrape_ms = (time.perf_counter() - started) * 1000
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
         server.stop()
         gc.unfreeze()
         gc.set_threshold(*thresholds)

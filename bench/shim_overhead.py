@@ -10,9 +10,11 @@
   when it is installed (a bench-only dependency: `pip install opentelemetry-instrumentation-openai`);
 * the wrapper alone over 2,000 pre-parsed chunks (its own cost, without the SDK's parsing);
 * the recorder's share paid once at the end of the call for every token (gaps + ITL inserts);
-* per-call fixed cost: a non-stream `chat.completions.create` and a one-token stream, patched vs
-  unpatched (MockTransport: no trace events), and the cost of the httpx trace callbacks of one
-  request (counted apart, as MockTransport emits none).
+* per call, end to end (the figure judged against the ≤ 20 µs goal): a non-stream call and a
+  one-token stream of real openai and anthropic clients, patched vs unpatched, interleaved
+  round by round in a fresh interpreter, over a transport that answers from memory and calls
+  the httpx `trace` extension as httpcore does; the added µs and the ratio per call;
+* secondary: the hooks' own work per call in isolation, and with tracing on.
 """
 
 from __future__ import annotations
@@ -293,53 +295,221 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
     ]
 
 
-def per_call(modes: _Mode, runs: int, calls: int) -> list[str]:
-    client = _client(_sse(1))
+#: httpcore's trace events for one request over a reused keep-alive connection (an SDK client's
+#: steady state), as the transport below emits them: the patch's trace callbacks are part of
+#: the end-to-end figure although no socket is involved.
+_SEND_EVENTS = ("http11.send_request_headers.started", "http11.send_request_headers.complete",
+                "http11.send_request_body.started", "http11.send_request_body.complete",
+                "http11.receive_response_headers.started")
+_HEADERS_EVENTS = ("http11.receive_response_headers.complete",)
+_BODY_EVENTS = ("http11.receive_response_body.started",)
+_CLOSE_EVENTS = ("http11.response_closed.started", "http11.response_closed.complete")
+
+
+def _traced_transport(handler: Callable[[Any], tuple[dict, bytes]]) -> Any:
+    """An httpx2 transport answering from memory, like `MockTransport`, that also calls the
+    request's `trace` extension with the events httpcore emits on a reused connection."""
+    import httpx2
+
+    class Body(httpx2.SyncByteStream):
+        def __init__(self, body: bytes, trace: Any):
+            self.body, self.trace = body, trace
+
+        def __iter__(self) -> Iterator[bytes]:
+            if self.trace is not None:
+                for name in _BODY_EVENTS:
+                    self.trace(name, {})
+            yield self.body
+
+        def close(self) -> None:
+            if self.trace is not None:
+                for name in _CLOSE_EVENTS:
+                    self.trace(name, {})
+                self.trace = None
+
+    class Transport(httpx2.BaseTransport):
+        def handle_request(self, request: Any) -> Any:
+            request.read()
+            trace = request.extensions.get("trace")
+            if trace is not None:
+                for name in _SEND_EVENTS:
+                    trace(name, {})
+            headers, body = handler(request)
+            if trace is not None:
+                for name in _HEADERS_EVENTS:
+                    trace(name, {})
+            return httpx2.Response(200, headers=headers, stream=Body(body, trace))
+
+    return Transport()
+
+
+def _is_stream(request: Any) -> bool:
+    return b'"stream":true' in request.content or b'"stream": true' in request.content
+
+
+_SSE_HEADERS = {"content-type": "text/event-stream"}
+_JSON_HEADERS = {"content-type": "application/json"}
+
+
+def _openai_calls() -> tuple[Callable[[], None], Callable[[], None]]:
+    """A non-stream `chat.completions.create` and a one-token stream of a real openai client."""
+    import httpx2
+    import openai
+
+    sse = _sse(1)
+    client = openai.OpenAI(api_key="bench", base_url="http://127.0.0.1:9/v1", max_retries=0,
+                           http_client=httpx2.Client(transport=_traced_transport(
+                               lambda r: (_SSE_HEADERS, sse) if _is_stream(r)
+                               else (_JSON_HEADERS, _COMPLETION))))
     messages = [{"role": "user", "content": "hi"}]
 
-    def non_stream() -> int:
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            client.chat.completions.create(model="bench-model", messages=messages)
-        return (time.perf_counter_ns() - start) // calls
+    def non_stream() -> None:
+        client.chat.completions.create(model="bench-model", messages=messages)
 
-    def one_token_stream() -> int:
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            for _ in client.chat.completions.create(model="bench-model", messages=messages,
-                                                    stream=True):
-                pass
-        return (time.perf_counter_ns() - start) // calls
+    def stream() -> None:
+        for _ in client.chat.completions.create(model="bench-model", messages=messages,
+                                                stream=True):
+            pass
 
-    lines = ["| call | unpatched µs | patched µs | added µs per call |", "| --- | --- | --- | --- |"]
-    for label, fn in (("non-stream `create`", non_stream),
-                      ("stream of one token", one_token_stream)):
-        res = _interleave(modes, ["unpatched", "ours"], fn, runs)
-        added = [(p - u) / 1000 for p, u in zip(res["ours"], res["unpatched"])]
-        lines.append(f"| {label} | {_stat([v / 1000 for v in res['unpatched']], 1)} | "
-                     f"{_stat([v / 1000 for v in res['ours']], 1)} | {_stat(added, 1)} |")
+    return non_stream, stream
 
-    from exporter._internal.shim.openai import ENDPOINTS
-    from exporter._internal.shim.sdk_call import SdkCall
 
-    events = ["connection.connect_tcp.started", "connection.connect_tcp.complete",
-              "http11.send_request_headers.started", "http11.send_request_headers.complete",
-              "http11.send_request_body.started", "http11.send_request_body.complete",
-              "http11.receive_response_headers.started",
-              "http11.receive_response_headers.complete", "http11.receive_response_body.started",
-              "http11.response_closed.started", "http11.response_closed.complete"]
-    tr = SdkCall("m", "bench", ENDPOINTS["/chat/completions"], None)
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            for name in events:
-                tr(name, {})
-        samples.append((time.perf_counter_ns() - start) / calls / 1000)
-    tr.end(None)
-    lines += ["", f"The httpx trace callbacks of one request over a new connection "
-                  f"({len(events)} events; MockTransport emits none): {_stat(samples, 1)} µs "
-                  f"per call, to add to the above."]
+def _anthropic_calls() -> tuple[Callable[[], None], Callable[[], None]]:
+    """The same two calls with a real anthropic client (`messages.create`)."""
+    import anthropic
+    import httpx2
+
+    message = json.dumps({
+        "id": "msg_bench", "type": "message", "role": "assistant", "model": "bench-model",
+        "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
+        "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}).encode()
+
+    def event(kind: str, data: dict) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+    sse = b"".join((
+        event("message_start", {"message": {
+            "id": "msg_bench", "type": "message", "role": "assistant", "model": "bench-model",
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 0}}}),
+        event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "x"}}),
+        event("content_block_stop", {"index": 0}),
+        event("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                "usage": {"output_tokens": 1}}),
+        event("message_stop", {})))
+    client = anthropic.Anthropic(api_key="bench", base_url="http://127.0.0.1:9", max_retries=0,
+                                 http_client=httpx2.Client(transport=_traced_transport(
+                                     lambda r: (_SSE_HEADERS, sse) if _is_stream(r)
+                                     else (_JSON_HEADERS, message))))
+    messages = [{"role": "user", "content": "hi"}]
+
+    def non_stream() -> None:
+        client.messages.create(model="bench-model", max_tokens=16, messages=messages)
+
+    def stream() -> None:
+        for _ in client.messages.create(model="bench-model", max_tokens=16, messages=messages,
+                                        stream=True):
+            pass
+
+    return non_stream, stream
+
+
+#: (figure key, label) of the end-to-end rows.
+_E2E_CALLS = (("openai_non_stream", "openai, non-stream `chat.completions.create`"),
+              ("openai_stream", "openai, stream of one token"),
+              ("anthropic_non_stream", "anthropic, non-stream `messages.create`"),
+              ("anthropic_stream", "anthropic, stream of one token"))
+
+
+def e2e_samples(rounds: int, calls: int, warm: int) -> dict[str, dict[str, list[float]]]:
+    """µs per call, unpatched and patched by `exporter.instrument()`, of every call in
+    `_E2E_CALLS` (wall and this thread's CPU time). Each round runs both contenders, in
+    alternating order; after each patch / unpatch `warm` untimed calls (patching a class
+    invalidates CPython's specialisations keyed on it, which take some calls to come back),
+    then `calls` timed calls. Meant for a fresh interpreter: no tracer provider installed (as
+    in an app that does not trace) and no other benchmark's heap."""
+    import exporter
+
+    fns: dict[str, Callable[[], None]] = {}
+    fns["openai_non_stream"], fns["openai_stream"] = _openai_calls()
+    try:
+        fns["anthropic_non_stream"], fns["anthropic_stream"] = _anthropic_calls()
+    except ImportError:
+        pass
+    clock, cpu = time.perf_counter_ns, time.thread_time_ns
+    out: dict[str, dict[str, list[float]]] = {}
+    for key, fn in fns.items():
+        res: dict[str, list[float]] = {"unpatched": [], "ours": [], "unpatched_cpu": [],
+                                       "ours_cpu": []}
+        for r in range(rounds):
+            for name in (("unpatched", "ours") if r % 2 == 0 else ("ours", "unpatched")):
+                if name == "ours":
+                    exporter.instrument()
+                else:
+                    exporter.uninstrument()
+                for _ in range(warm):
+                    fn()
+                w0, c0 = clock(), cpu()
+                for _ in range(calls):
+                    fn()
+                c1, w1 = cpu(), clock()
+                res[name].append((w1 - w0) / calls / 1000)
+                res[name + "_cpu"].append((c1 - c0) / calls / 1000)
+        exporter.uninstrument()
+        out[key] = res
+    return out
+
+
+#: The goal of issue #3 for what the patch adds to one call, end to end.
+CALL_GOAL_US = 20.0
+
+
+def per_call(runs: int, calls: int) -> list[str]:
+    """End to end: what `exporter.instrument()` adds to one real SDK call (the figure judged
+    against the ≤ 20 µs goal), measured in a fresh interpreter."""
+    import os
+    import subprocess
+
+    rounds = max(runs, 3) * 2
+    warm = min(calls, 100)
+    child = subprocess.run(
+        [sys.executable, "-m", "bench.shim_overhead", "--e2e-json", str(rounds), str(calls),
+         str(warm)], capture_output=True, text=True, check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    samples = json.loads(child.stdout)
+    try:
+        load = f" Load average when the run ended: {os.getloadavg()[0]:.1f} on " \
+               f"{os.cpu_count()} cores (other work on the machine slows every figure here)."
+    except OSError:
+        load = ""
+    lines = [f"End to end, the figure judged against the goal (≤ {CALL_GOAL_US:.0f} µs added per "
+             f"call): a real SDK client against a transport answering from memory that calls "
+             f"the httpx `trace` extension as httpcore does on a reused connection "
+             f"({len(_SEND_EVENTS + _HEADERS_EVENTS + _BODY_EVENTS + _CLOSE_EVENTS)} events), "
+             f"in a fresh interpreter without a tracer provider. {rounds} rounds, each running "
+             f"unpatched and patched (`exporter.instrument()`) in alternating order, {warm} "
+             f"untimed calls after each patch / unpatch, then {calls} timed calls; added and "
+             f"ratio are taken round by round (patched minus, or over, unpatched of the same "
+             f"round); median (min–max). CPU is the calling thread's CPU time (what the patch "
+             f"makes the caller's thread do, steadier than wall time on a busy machine); the "
+             f"goal is judged on its median.{load}", "",
+             "| call | unpatched µs (wall) | patched µs (wall) | added µs (wall) | "
+             "added µs (CPU) | ratio (CPU) | goal |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for key, label in _E2E_CALLS:
+        res = samples.get(key)
+        if res is None:
+            continue
+        added = [p - u for p, u in zip(res["ours"], res["unpatched"])]
+        added_cpu = [p - u for p, u in zip(res["ours_cpu"], res["unpatched_cpu"])]
+        ratio = [p / u for p, u in zip(res["ours_cpu"], res["unpatched_cpu"])]
+        median = statistics.median(added_cpu)
+        _FIGURES[f"e2e_{key}_us"] = median
+        _FIGURES[f"e2e_{key}_ratio"] = statistics.median(ratio)
+        lines.append(f"| {label} | {_stat(res['unpatched'], 1)} | {_stat(res['ours'], 1)} | "
+                     f"{_stat(added, 1)} | {_stat(added_cpu, 1)} | {_stat(ratio, 3)} | "
+                     f"{'met' if median <= CALL_GOAL_US else 'missed'} |")
     return lines
 
 
@@ -421,9 +591,12 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
         for _ in range(calls):
             rec.record_call(t)
         samples.append((time.perf_counter_ns() - start) / calls / 1000)
-    return ["The hooks' own work per call, isolated (the call and its recording: `Call` "
-            "creation, in-flight gauge, trace attach, usage, `record_call`):", "",
-            "| call | µs per call |", "| --- | --- |", *out, "",
+    return ["Secondary, not the judged figure: the hooks' own work per call in isolation (no "
+            "SDK around it: `SdkCall` creation, in-flight gauge, trace attach, usage, "
+            "`record_call`, run in a tight loop where their code and data stay in the CPU's "
+            "caches, so it runs several times faster per instruction than between the SDK's "
+            "own work; see docs/performance.md):", "",
+            "| call (isolated hooks) | µs per call |", "| --- | --- |", *out, "",
             f"Of which the recorder's `record_call` (derive + record every family): "
             f"{_stat(samples, 1)} µs."]
 
@@ -512,8 +685,16 @@ def goals() -> list[str]:
         row("≥ 100× less per chunk than OpenLLMetry", f"{ratio:.0f}× (its "
             f"{f['openllmetry_added_ns'] / 1000:.1f} µs / our wrapper)", ratio >= 100,
             "follows from the wrapper's cost above")
-    row("≤ 20 µs fixed cost per call", f"{f['call_us']:.1f} µs", f["call_us"] <= 20,
-        "the recorder's `record_call` is ~half; see the recorder section")
+    e2e = [(label, f[f"e2e_{key}_us"], f[f"e2e_{key}_ratio"]) for key, label in _E2E_CALLS
+           if f"e2e_{key}_us" in f]
+    worst = max(value for _, value, _ in e2e)
+    row(f"≤ {CALL_GOAL_US:.0f} µs added per call, end to end (patched vs unpatched SDK call, "
+        "CPU time, median)", "; ".join(f"{label}: {value:.1f} µs (×{ratio:.3f})"
+                                       for label, value, ratio in e2e),
+        worst <= CALL_GOAL_US,
+        "each of the hooks' instructions costs several times what it costs in a tight loop, "
+        "between the SDK's own work (caches and branch predictors cold); what remains is "
+        "itemised in docs/performance.md")
     row("≤ 30 µs per call with tracing on", f"{f['traced_call_us']:.1f} µs",
         f["traced_call_us"] <= 30,
         f"the OpenTelemetry SDK's own work: a bare 3-attribute span costs "
@@ -544,11 +725,15 @@ def run(quick: bool) -> list[str]:
              "≤ 20 µs per call.", ""]
     lines += stream_consumption(modes, runs, chunks) + [""]
     lines += wrapper_alone(runs * 3, chunks) + [""]
+    lines += per_call(runs, 20 if quick else 200) + [""]
     with _metrics_only():
-        lines += per_call(modes, runs, 20 if quick else 200) + [""]
         lines += isolated_per_call(runs, 100 if quick else 2000)
     return lines + [""] + goals()
 
 
 if __name__ == "__main__":
-    print("\n".join(run("--quick" in sys.argv)))
+    if "--e2e-json" in sys.argv:  # the child process of per_call()
+        args = sys.argv[sys.argv.index("--e2e-json") + 1:]
+        print(json.dumps(e2e_samples(int(args[0]), int(args[1]), int(args[2]))))
+    else:
+        print("\n".join(run("--quick" in sys.argv)))

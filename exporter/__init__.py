@@ -1,4 +1,5 @@
-"""ttft-exporter: time to first token, inter-token latency, stalls and call phases of LLM calls.
+"""ttft-exporter: time to first token, inter-token latency, stalls and call phases of LLM calls,
+and where the time of an agent task goes.
 
 The public surface is exactly what is imported here (pinned by tests/test_public_api.py).
 """
@@ -11,9 +12,10 @@ from ._internal.server import start_http_server
 from ._internal.shim.context import labels
 from ._internal.shim.instrument import instrument, uninstrument
 from ._internal.shim.manual import track
+from ._internal.shim.task import guardrail, remaining, task, tool
 
-__all__ = ["collector", "configure", "instrument", "labels", "start_http_server", "track",
-           "uninstrument"]
+__all__ = ["collector", "configure", "guardrail", "instrument", "labels", "remaining",
+           "start_http_server", "task", "tool", "track", "uninstrument"]
 
 
 def collector() -> _Collector:

@@ -14,15 +14,19 @@ are public and stay (pinned by tests/test_public_api.py, documented in README.md
   histograms this exporter's SLO-aligned buckets.
 * `Config`, `ConfigError`, `load_config`: the configuration `exporter.configure()` takes, and
   the error a mistake in it raises.
+* `DeadlinePropagator()`: an OpenTelemetry propagator carrying the deadline in force in the
+  `ttft-deadline-ms` header of every call OpenTelemetry instruments, and reading it back on the
+  receiving side (also registered as `ttft_deadline` for `OTEL_PROPAGATORS`).
 """
 
 from ._internal.config import Config, ConfigError
 from ._internal.config_loader import load as load_config
 from ._internal.otel import genai_views
 from ._internal.shim.aiohttp_trace import trace_config as aiohttp_trace_config
+from ._internal.shim.deadline import DeadlinePropagator
 from ._internal.shim.httpx_trace import trace_for as httpx_trace
 from ._internal.shim.middleware import ASGIMiddleware, aiohttp_middleware, route_from_scope
 
-__all__ = ["ASGIMiddleware", "Config", "ConfigError", "aiohttp_middleware",
-           "aiohttp_trace_config", "genai_views", "httpx_trace", "load_config",
-           "route_from_scope"]
+__all__ = ["ASGIMiddleware", "Config", "ConfigError", "DeadlinePropagator",
+           "aiohttp_middleware", "aiohttp_trace_config", "genai_views", "httpx_trace",
+           "load_config", "route_from_scope"]

@@ -8,7 +8,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from exporter._internal import otel, runtime
-from tests.support.timing import quiet_process  # noqa: F401  (the `timing` mark's fixture)
+from tests.support import timing
+
+
+quiet_process = timing.quiet_process  # the `timing` mark's fixture
 
 
 @pytest.fixture(autouse=True)

@@ -35,6 +35,7 @@ def served_metric_names() -> set[str]:
     out = {"up", names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT, names.SELF_SERIES,
            names.SELF_TENANT_FOLDS, names.SELF_DROPS, names.SELF_SCRAPE_DURATION,
            names.USAGE_INPUT_TOKENS, names.USAGE_CACHED_INPUT_TOKENS, names.UPSTREAM_REQUESTS}
+    out |= {counter.name for counter in names.COUNTERS}
     for family in names.HISTOGRAMS:  # classic series, and the native histogram itself
         out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count", "")}
         if family.windowed:  # a summary of window quantiles

@@ -3,8 +3,9 @@
 No Grafana server can be installed here, so the JSON is checked structurally against the
 current dashboard model (schemaVersion, panel types, datasource variable, thresholds, heatmap
 options, variables, links), every query is parsed by a real Prometheus, and every metric it
-reads must be one the exporter serves. tests/test_incident_day.py evaluates every query over
-a whole incident day and asserts its values.
+reads must be one the exporter serves. tests/test_incident_day.py evaluates every query of the
+dashboards of LLM calls over a whole incident day and asserts its values; tests/test_agent_tasks.py
+does so for the agent tasks dashboard, in both modes, on the demo's research report.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from tests.support.prometheus import (PrometheusServer, grafana_expr, metric_nam
 from tests.test_alerts import recorded_names, served_metric_names
 
 ROOT = Path(__file__).resolve().parent.parent
-UIDS = ("ttft-overview", "ttft-phases", "ttft-tenants", "ttft-stream-health")
+#: The dashboards of LLM calls (the incident day feeds them), then agent tasks
+#: (tests/test_agent_tasks.py feeds that one).
+CALL_UIDS = ("ttft-overview", "ttft-phases", "ttft-tenants", "ttft-stream-health")
+AGENTS_UID = "ttft-agent-tasks"
+UIDS = (*CALL_UIDS, AGENTS_UID)
 PANEL_TYPES = {"row", "timeseries", "stat", "heatmap", "bargauge"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -50,7 +55,7 @@ def board(request: pytest.FixtureRequest) -> dict[str, Any]:
     return load(*request.param)
 
 
-def test_the_four_dashboards_have_stable_uids_and_are_marked_generated() -> None:
+def test_the_dashboards_have_stable_uids_and_are_marked_generated() -> None:
     for directory in MODES.values():
         assert sorted(p.stem for p in directory.glob("*.json")) == sorted(UIDS)
     assert [spec.uid for spec in dashboards.SPECS] == list(UIDS)
@@ -141,7 +146,8 @@ def test_variables(board: dict[str, Any]) -> None:
     variables = {v["name"]: v for v in board["templating"]["list"]}
     uses_tenant = '"$tenant"' in "\n".join(queries(board))
     assert list(variables) == ["datasource", "job", "model", "route",
-                               *(["tenant"] if uses_tenant else [])]
+                               *(["tenant"] if uses_tenant else []),
+                               *(["task"] if board["uid"] == AGENTS_UID else [])]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     for name in list(variables)[1:]:
@@ -155,7 +161,9 @@ def test_variables(board: dict[str, Any]) -> None:
 def test_panels_use_the_variables(board: dict[str, Any]) -> None:
     used = "\n".join(queries(board))
     assert '=~"$model"' in used and '=~"$route"' in used and 'job=~"$job"' in used
-    if board["uid"] != "ttft-phases":  # phases carry no tenant unless the config asks
+    if board["uid"] == AGENTS_UID:  # task families carry no tenant
+        assert '=~"$task"' in used and '"$tenant"' not in used
+    elif board["uid"] != "ttft-phases":  # phases carry no tenant unless the config asks
         assert '=~"$tenant"' in used
 
 

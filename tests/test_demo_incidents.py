@@ -19,7 +19,11 @@ from exporter._internal.demo.provider import ProviderServer
 from exporter._internal.demo.far_region import ONE_WAY_SECONDS, tls_available
 from exporter._internal.timeline import derive
 from tests.support import skip_or_fail
-from tests.test_shim_support import Recorded, instrumented, script  # noqa: F401
+from tests import test_shim_support as support
+from tests.test_shim_support import Recorded, script
+
+# Shared fixtures of tests/test_shim_support.py.
+instrumented = support.instrumented
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

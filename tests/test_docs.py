@@ -17,6 +17,7 @@ def defined_names() -> set[str]:
             names.SELF_SCRAPE_DURATION, names.SELF_HTTP_CLOSED}
     out |= {names.USAGE_INPUT_TOKENS, names.USAGE_CACHED_INPUT_TOKENS, names.UPSTREAM_REQUESTS}
     out |= set(names.AGGREGATOR_SELF_METRICS)
+    out |= {counter.name for counter in names.COUNTERS}
     out |= {names.slo_calls_name(f) for f in names.SLO_FAMILIES.values()}
     return out
 
@@ -27,7 +28,8 @@ def test_every_metric_is_documented_and_every_documented_metric_exists():
 
 
 def test_phases_outcomes_and_drop_reasons_are_documented():
-    for word in (*names.PHASES, *names.OUTCOMES, *names.DROP_REASONS, *names.LABEL_FOLDS):
+    for word in (*names.PHASES, *names.OUTCOMES, *names.DROP_REASONS, *names.LABEL_FOLDS,
+                 *names.TASK_KINDS, *names.DEADLINE_OUTCOMES, *names.FINISH_REASONS):
         assert f"`{word}`" in DOC or f" {word}" in DOC, word
 
 

@@ -34,6 +34,7 @@ from tests.support import skip_or_fail
 from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
 from tests.test_alerts import recorded_names
+from tests.test_dashboards import CALL_UIDS
 
 CALM, PHASE, AFTER = 20.0, 15.0, 5.0
 SCALE = 1 / 120
@@ -92,9 +93,15 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     runtime.configure(None)
 
 
+def boards(d: dict[str, Any]) -> list[Path]:
+    """The dashboards of LLM calls: the day plays no agent tasks (tests/test_agent_tasks.py
+    checks the agent tasks dashboard, in both modes, on the demo's research report)."""
+    return [d["out"] / "dashboards" / f"{uid}.json" for uid in CALL_UIDS]
+
+
 def panels(d: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for path in sorted((d["out"] / "dashboards").glob("*.json")):
+    for path in boards(d):
         board = json.loads(path.read_text(encoding="utf-8"))
         out += [(path.stem, p) for p in board["panels"] if p["type"] != "row"]
     return out
@@ -151,7 +158,7 @@ def test_every_panel_query_is_sane_over_the_whole_day(day: dict[str, Any]) -> No
 
 def test_every_variable_offers_values(day: dict[str, Any]) -> None:
     prom = day["prom"]
-    for path in sorted((day["out"] / "dashboards").glob("*.json")):
+    for path in boards(day):
         board = json.loads(path.read_text(encoding="utf-8"))
         for var in board["templating"]["list"][1:]:
             selector = var["definition"].removeprefix("label_values(").rsplit(",", 1)[0]

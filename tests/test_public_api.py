@@ -9,8 +9,10 @@ def test_public_surface_is_pinned():
                     and not isinstance(getattr(exporter, name), types.ModuleType))
     assert public == sorted(exporter.__all__)
     assert all(callable(getattr(exporter, name)) for name in public)
-    assert exporter.__all__ == ["collector", "configure", "instrument", "labels",
-                                "start_http_server", "track", "uninstrument"]
+    # issue 15 added the agent-task API: task, tool, guardrail, remaining (README "Agent tasks")
+    assert exporter.__all__ == ["collector", "configure", "guardrail", "instrument", "labels",
+                                "remaining", "start_http_server", "task", "tool", "track",
+                                "uninstrument"]
 
 
 def test_integrations_surface_is_pinned():
@@ -18,8 +20,9 @@ def test_integrations_surface_is_pinned():
     public = sorted(name for name in dir(integrations) if not name.startswith("_"))
     assert public == sorted(integrations.__all__)
     assert integrations.__all__ == ["ASGIMiddleware", "Config", "ConfigError",
-                                    "aiohttp_middleware", "aiohttp_trace_config", "genai_views",
-                                    "httpx_trace", "load_config", "route_from_scope"]
+                                    "DeadlinePropagator", "aiohttp_middleware",
+                                    "aiohttp_trace_config", "genai_views", "httpx_trace",
+                                    "load_config", "route_from_scope"]
     assert all(callable(getattr(integrations, name)) for name in integrations.__all__)
 
 

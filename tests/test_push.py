@@ -363,8 +363,9 @@ def test_payload_is_compressed_json_with_the_documented_fields():
     assert doc["format"] == "ttft-exporter-delta" and doc["version"] == 1
     assert set(doc) == {"format", "version", "worker", "seq", "interval", "final", "layouts",
                         "labels", "histograms", "straddles", "exemplars", "requests",
-                        "in_flight", "tenant_folds", "label_folds", "dropped", "lost_batches",
-                        "push_failures", "input_tokens", "cached_tokens", "upstreams"}
+                        "in_flight", "tenant_folds", "label_folds", "counters", "dropped",
+                        "lost_batches", "push_failures", "input_tokens", "cached_tokens",
+                        "upstreams"}
     ref, counts, count, total = doc["histograms"][names.TTFT.name]
     assert doc["labels"][ref] == ["m", "p", "r", "t"] and count == 1 and total == 1500
     assert doc["exemplars"][names.TTFT.name][0][2] == "abc"

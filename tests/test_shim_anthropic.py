@@ -13,8 +13,11 @@ import exporter
 from exporter._internal import names, runtime
 from exporter._internal.timeline import derive
 from tests.support.timing import timing
-from tests.test_shim_support import (Recorded, assert_from_wire, assert_near, drops,  # noqa: F401
-                                     instrumented, recorded, script, server)
+from tests import test_shim_support as support
+from tests.test_shim_support import Recorded, assert_from_wire, assert_near, drops, script
+
+# Shared fixtures of tests/test_shim_support.py.
+server, recorded, instrumented = support.server, support.recorded, support.instrumented
 
 MESSAGES = [{"role": "user", "content": "why is my first token slow?"}]
 TOOLS = [{"name": "lookup", "description": "look it up",

@@ -21,7 +21,11 @@ from exporter._internal.shim import instrument as instrument_module
 from exporter._internal.shim import openai as shim_openai
 from exporter._internal.shim import anthropic as shim_anthropic
 from exporter._internal.shim import httpx_trace
-from tests.test_shim_support import Recorded, drops, script, server  # noqa: F401
+from tests import test_shim_support as support
+from tests.test_shim_support import Recorded, drops, script
+
+# Shared fixtures of tests/test_shim_support.py.
+server = support.server
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -14,7 +14,11 @@ from exporter._internal import names
 from exporter.integrations import ASGIMiddleware, aiohttp_middleware
 from exporter.integrations import aiohttp_trace_config as trace_config
 from exporter._internal.timeline import derive
-from tests.test_shim_support import instrumented, recorded, script, server  # noqa: F401
+from tests import test_shim_support as support
+from tests.test_shim_support import script
+
+# Shared fixtures of tests/test_shim_support.py.
+server, recorded, instrumented = support.server, support.recorded, support.instrumented
 
 
 async def test_aiohttp_middleware_labels_sdk_calls_with_the_route_template(server, recorded):

@@ -19,7 +19,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import exporter
 from exporter._internal import names, otel, runtime
 from tests.support.prometheus import PrometheusServer, require_prometheus
-from tests.test_shim_support import ABS_TOL, instrumented, script, server  # noqa: F401
+from tests import test_shim_support as support
+from tests.test_shim_support import ABS_TOL, script
+
+# Shared fixtures of tests/test_shim_support.py.
+server, instrumented = support.server, support.instrumented
 
 MESSAGES = [{"role": "user", "content": "trace me"}]
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"

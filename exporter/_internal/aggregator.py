@@ -319,6 +319,7 @@ class Aggregator:
         delta.input_tokens = counters.input_tokens  # type: ignore[assignment]
         delta.cached_tokens = counters.cached_tokens  # type: ignore[assignment]
         delta.upstreams = counters.upstreams  # type: ignore[assignment]
+        delta.counters = counters.counts  # type: ignore[assignment]
         doc = wire.payload(delta, rec.schema.layouts())
         doc["applied"] = [[worker, seqs.floor, sorted(seqs.above)]
                           for worker, seqs in self.applied.items()]

@@ -192,6 +192,7 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
     return [
         {"name": "ttft-exporter-alerts-slo", "rules": slo_alerts},
         {"name": "ttft-exporter-alerts-latency", "rules": _latency_alerts(config, w)},
+        {"name": "ttft-exporter-alerts-tasks", "rules": _task_alerts(config, w)},
         {"name": "ttft-exporter-alerts-self", "rules": _exporter_alerts(config, w)},
     ]
 
@@ -364,6 +365,49 @@ def _latency_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             f"its p99 {ten_off} ago (alerting above {rise}×), while most other tenants of the "
             f"same model and route are not slower: look at this tenant's prompts and prompt "
             f"cache.", config),
+    ]
+
+
+#: Window of the agent-task and truncation alerts' shares, and how long they must hold.
+TASK_WINDOW, TASK_FOR = 1800, 900
+
+
+def _task_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
+    """Agent tasks past their deadline, and calls cut at max_tokens (agent_dashboard.py).
+
+    Like every rule they select the exporter's job and keep `alerting.group_by`; task families
+    carry no model or route, so the deadline share keeps `task` and the group_by labels."""
+    al, window = config.alerting, w(TASK_WINDOW)
+    scope = scope_matchers(al)
+    tasks, finish = names.TASKS_TOTAL.name, names.FINISH_REASONS_TOTAL.name
+    with_deadline = f'{names.DEADLINE}!="{names.DEADLINE_NONE}"'
+    per_task = (names.TASK, *(label for label in kept(al) if label not in MODEL_ROUTE))
+
+    def share(labels: Sequence[str], metric: str, part: str, whole: Sequence[str] = ()) -> str:
+        def rate(matchers: Sequence[str]) -> str:
+            return f"sum by ({by(labels)}) (rate({selector(metric, [*scope, *matchers])}" \
+                   f"[{window}]))"
+        return f"{rate([part, *whole])}\n/ ({rate(whole)} > 0)"
+
+    overruns = share(per_task, tasks, eq(names.DEADLINE, names.DEADLINE_EXCEEDED),
+                     [with_deadline])
+    truncated = share(kept(al), finish, eq(names.FINISH_REASON, names.FINISH_LENGTH))
+    return [
+        _alert(
+            "LLMTaskDeadlineOverruns", TICKET,
+            f"{overruns}\n> {num(al.task_deadline_overrun_share)}", w(TASK_FOR),
+            "Agent task {{ $labels.task }} ends past its deadline",
+            f"{_VALUE_PCT} of the runs of task {{{{ $labels.task }}}} that had a deadline "
+            f"ended past it over the last {duration(TASK_WINDOW)} (alerting above "
+            f"{percent(al.task_deadline_overrun_share)}): their callers gave up while LLM "
+            f"calls went on generating.", config),
+        _alert(
+            "LLMTruncationRateHigh", TICKET,
+            f"{truncated}\n> {num(al.truncation_share)}", w(TASK_FOR),
+            f"LLM answers cut at max_tokens: {_WHERE}",
+            f"{_VALUE_PCT} of the calls of {_WHERE} stopped at max_tokens (finish reason "
+            f"length) over the last {duration(TASK_WINDOW)} (alerting above "
+            f"{percent(al.truncation_share)}): users get cut answers.", config),
     ]
 
 

@@ -24,6 +24,9 @@ DEFAULT_SECONDS_BUCKETS: tuple[float, ...] = (
 DEFAULT_TOKEN_BUCKETS: tuple[float, ...] = (
     16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576,
 )
+#: Classic ``le`` layout for small counts (steps per agent task): exact at every value to 6.
+COUNT_BUCKETS: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 25, 32, 50, 64, 100,
+                                  128, 256, 512, 1024)
 
 
 class ConfigError(ValueError):
@@ -66,6 +69,7 @@ class LabelConfig:
     max_providers: int = 32  # distinct providers; the rest fold into __other__
     #: distinct upstreams (address, region, fingerprint) per model; the rest fold into __other__
     max_upstreams: int = 16
+    max_tasks: int = 100  # distinct agent task names; the rest fold into __other__
     max_label_length: int = 128
     #: Families that carry ``tenant`` besides the user-facing ones (names.Family.tenant_by_default).
     tenant_families: tuple[str, ...] = ()
@@ -163,6 +167,10 @@ class AlertingConfig:
     many_tenants_min: int = 3  # fewer tenants compared than this never count as "many"
     top_tenants: int = 10  # N of the dashboards' top-N tenant panels
     dashboard_refresh: str = "30s"
+    #: Share of a task's runs (with a deadline) that end past it before the overrun alert.
+    task_deadline_overrun_share: float = 0.05
+    #: Share of a model and route's calls stopped at max_tokens before the truncation alert.
+    truncation_share: float = 0.02
 
 
 @dataclass(frozen=True)
@@ -264,6 +272,8 @@ class Config:
         return tuple(sorted(kept | set(self.slo_thresholds())))
 
     def family_has_tenant(self, family: names.Family) -> bool:
+        if names.MODEL not in family.base:  # agent-task families: per task only
+            return False
         return family.tenant_by_default or family.name in self.labels.tenant_families
 
 

@@ -259,12 +259,14 @@ def _check(config: Config, e: _Report) -> None:
     e.check(lab.tenant_policy not in ("raw", "hash", "allowlist"), "labels.tenant_policy",
             f"must be one of raw, hash, allowlist; got {_short(lab.tenant_policy)}")
     for key in ("max_tenants", "max_series", "max_models", "max_routes", "max_providers",
-                "max_upstreams"):
+                "max_upstreams", "max_tasks"):
         e.check(getattr(lab, key) < 1, f"labels.{key}", "must be at least 1")
     e.check(lab.max_label_length < 8, "labels.max_label_length", "must be at least 8")
     for i, name in enumerate(lab.tenant_families):
-        e.check(name not in names.HISTOGRAMS_BY_NAME, f"labels.tenant_families[{i}]",
-                f"not a histogram family: {_short(name)}")
+        family = names.HISTOGRAMS_BY_NAME.get(name)
+        e.check(family is None or names.MODEL not in family.base,
+                f"labels.tenant_families[{i}]",
+                f"not a histogram family of LLM calls: {_short(name)}")
     server = config.server
     e.check(not 0 <= server.port <= 65535, "server.port",
             f"must be between 0 (any free port) and 65535, got {server.port}")
@@ -352,8 +354,8 @@ def _check_alerting(al: AlertingConfig, e: _Report) -> None:
             "must not be negative")
     for key in ("regression_factor", "tenant_degraded_factor"):
         e.check(getattr(al, key) <= 1, f"alerting.{key}", "must be greater than 1")
-    e.check(not 0 < al.many_tenants_share <= 1, "alerting.many_tenants_share",
-            "must be in (0, 1]")
+    for key in ("many_tenants_share", "task_deadline_overrun_share", "truncation_share"):
+        e.check(not 0 < getattr(al, key) <= 1, f"alerting.{key}", "must be in (0, 1]")
     for key in ("many_tenants_min", "top_tenants"):
         e.check(getattr(al, key) < 1, f"alerting.{key}", "must be at least 1")
     e.check(not re.fullmatch(r"[1-9][0-9]*[smhd]", al.dashboard_refresh),

@@ -1,4 +1,4 @@
-"""The four Grafana dashboards: which model, route or tenant is slow, and why.
+"""The four Grafana dashboards of LLM calls: which model, route or tenant is slow, and why.
 
 Each dashboard answers one set of questions on-call asks (is the SLO met and where is it
 missed, where does the time go, is it one tenant or all, are streams healthy). Panels over the
@@ -7,10 +7,12 @@ model and route (or tenant) and show the top 10. Quantiles are drawn only where 
 made (never NaN), counters show 0 rather than nothing, the error budget is the SLO period's
 (Sloth's recordings), and every panel links its runbook section. Queries come from
 exporter.names and promql.py, which the rules use too, so a panel cannot disagree with an alert.
+The fifth, agent tasks, is built the same way in agent_dashboard.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from grafanalib import core
@@ -63,7 +65,11 @@ TENANTS = Spec("ttft-tenants", "LLM TTFT: tenants and noisy neighbours",
 STREAM = Spec("ttft-stream-health", "LLM TTFT: stream health",
               "Inter-token latency, stalls, time per output token, abandoned/cancelled/timed-out "
               "calls and the exporter's own health.")
-SPECS = (OVERVIEW, PHASES, TENANTS, STREAM)
+AGENTS = Spec("ttft-agent-tasks", "LLM agent tasks: where a task's time goes",
+               "Agent tasks: duration, steps, time by kind (queue, network, provider, tool, "
+               "guardrail, app), critical path vs summed time, waterfalls, deadline overruns "
+               "and orphan tokens, max_tokens headroom and truncations.")
+SPECS = (OVERVIEW, PHASES, TENANTS, STREAM, AGENTS)
 
 
 def overview(config: Config, q: Queries) -> list[core.Panel]:
@@ -154,7 +160,7 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
 
 
 def phases(config: Config, q: Queries) -> list[core.Panel]:
-    fam, mr = names.PHASE_FAMILY, q.mr()
+    fam = names.PHASE_FAMILY
     tok, cached_fam = names.INPUT_TOKENS, names.CACHED_INPUT_TOKENS
 
     def phase_sel(phase: str | None = None) -> list[str]:
@@ -359,9 +365,9 @@ def stream_health(config: Config, q: Queries) -> list[core.Panel]:
 BUILDERS = {OVERVIEW: overview, PHASES: phases, TENANTS: tenants, STREAM: stream_health}
 
 
-def _variables(with_tenant: bool) -> list[Variable]:
+def variables(with_tenant: bool, *extra: Variable) -> list[Variable]:
     """datasource, then job, model, route and (where a panel uses it) tenant, each narrowed by
-    the ones before it."""
+    the ones before it, then `extra`."""
     out = [Variable(name="datasource", label="Data source", query="prometheus",
                     type="datasource")]
     narrowing: list[str] = []
@@ -370,24 +376,27 @@ def _variables(with_tenant: bool) -> list[Variable]:
         query = f"label_values({selector(names.REQUESTS_TOTAL, narrowing)}, {label})"
         out.append(Variable(name=label, label=label.capitalize(), query=query))
         narrowing.append(regex(label, f"${label}"))
-    return out
+    return [*out, *extra]
 
 
-def dashboard(spec: Spec, config: Config) -> Dashboard:
-    """One dashboard, linked to the three others (keeping time range and variables)."""
+def dashboard(spec: Spec, config: Config,
+              build: Callable[[Config, Queries], list[core.Panel]] | None = None,
+              extra: Sequence[Variable] = ()) -> Dashboard:
+    """One dashboard (its panels from BUILDERS, or `build`), linked to the others (keeping time
+    range and variables); `extra` variables follow the usual ones."""
     links = [core.DashboardLink(type="link", title=other.title, uri=f"/d/{other.uid}",
                                 icon="dashboard", includeVars=True, keepTime=True)
              for other in SPECS if other is not spec]
     queries = Queries(config)
-    panels = BUILDERS[spec](config, queries)
+    panels = (build or BUILDERS[spec])(config, queries)
     return Dashboard(
         title=spec.title, uid=spec.uid, tags=TAGS, schemaVersion=SCHEMA_VERSION,
         description=spec.purpose, panels=panels, links=links, editable=True,
         refresh=config.alerting.dashboard_refresh, time=core.Time("now-3h", "now"),
         graphTooltip=core.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        templating=core.Templating(list=_variables(queries.uses_tenant)))
+        templating=core.Templating(list=variables(queries.uses_tenant, *extra)))
 
 
 def dashboards(config: Config) -> dict[str, Dashboard]:
-    """Every dashboard by uid (the uid is also the file stem)."""
-    return {spec.uid: dashboard(spec, config) for spec in SPECS}
+    """The dashboards of BUILDERS by uid (the uid is also the file stem)."""
+    return {spec.uid: dashboard(spec, config) for spec in BUILDERS}

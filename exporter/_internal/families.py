@@ -21,8 +21,9 @@ from .recorder import FamilyState, Recorder, Series
 _SELF_HELP = {
     names.SELF_SERIES: "Histogram series held by this exporter.",
     names.SELF_TENANT_FOLDS: "Calls whose tenant was folded into __other__ by the label guard.",
-    names.SELF_LABEL_FOLDS: "Calls whose model, route or provider (or, when a family reached "
-                            "max_series rows, whole label set) was folded into __other__.",
+    names.SELF_LABEL_FOLDS: "Calls whose model, route or provider, tasks whose name (or, "
+                            "when a family reached max_series rows, whole label set) was "
+                            "folded into __other__.",
     names.SELF_DROPS: "Values or series not recorded, by reason.",
     names.SELF_SCRAPE_DURATION: "Time the previous scrape of this exporter took to render.",
     names.SELF_HTTP_CLOSED: "Connections the exporter's HTTP servers closed: past "
@@ -56,7 +57,8 @@ def window_quantiles(rec: Recorder, state: FamilyState, series: Series, current_
 
 
 def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
-    """Requests, in-flight calls, usage per tenant, upstreams and the exporter's self-metrics."""
+    """Requests, in-flight calls, usage per tenant, upstreams, the counters of names.COUNTERS
+    and the exporter's self-metrics."""
     counters = rec.counters()
     requests, in_flight, drops, folds = (counters.requests, counters.in_flight, counters.drops,
                                          counters.folds)
@@ -100,7 +102,13 @@ def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
                                  labels=[names.REASON])
     for reason in connection_guard.REASONS:
         closed.add_metric([reason], connection_guard.CLOSED[reason])
-    return [req, flight, *usage, upstream, series, fold, label_fold, drop, scrape, closed]
+    out = [req, flight, *usage, upstream]
+    for counter in names.COUNTERS:
+        family = CounterMetricFamily(counter.name, counter.help, labels=list(counter.labels))
+        for key, value in counters.counts[counter.name].items():
+            family.add_metric(list(key), value)
+        out.append(family)
+    return out + [series, fold, label_fold, drop, scrape, closed]
 
 
 def render_family(family: Metric, openmetrics: bool) -> str:

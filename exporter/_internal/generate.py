@@ -24,6 +24,7 @@ import yaml
 from grafanalib._gen import DashboardEncoder
 
 from . import alerts, dashboards
+from .agent_dashboard import agent_dashboard
 from .config import Config, DashboardsConfig
 from .grafana import Dashboard
 
@@ -105,7 +106,8 @@ def _files(config: Config, subdir: str = "") -> dict[Path, str]:
         Path("alerts", subdir, ALERTING_FILE): rules_yaml(alerts.alerting_rules(config)),
         Path("alerts", subdir, CAUSE_FILE): rules_yaml(alerts.cause_rules(config)),
     }
-    for uid, dashboard in dashboards.dashboards(config).items():
+    boards = {**dashboards.dashboards(config), dashboards.AGENTS.uid: agent_dashboard(config)}
+    for uid, dashboard in boards.items():
         files[Path("dashboards", subdir, f"{uid}.json")] = dashboard_json(dashboard)
     return files
 

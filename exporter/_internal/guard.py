@@ -1,15 +1,15 @@
 """Label guard: keeps the number of series bounded whatever label values callers pass.
 
 Every label value is sanitised (type, length, printable) instead of raising; a value whose
-`str()` fails becomes `invalid`, and the call is still counted. Model, route and provider values
-are capped (`labels.max_models`, `max_routes`, `max_providers` distinct values; a provider
-controls `model` through its response, a service's routes are its own), the rest fold into
-`__other__`. Tenant values come from request headers, i.e. from outside: they are kept raw,
-hashed or allow-listed, each (model, route) holds at most `max_tenants` of them and all tenant
-sets together at most `max_series` values; the rest fold into `__other__`. Each model keeps at
-most `max_upstreams` upstream identities (address, region, fingerprint; the rest fold into
-`__other__`), so a provider rotating addresses or fingerprints cannot grow the exporter either.
-Every fold is counted
+`str()` fails becomes `invalid`, and the call is still counted. Model, route, provider and agent
+task values are capped (`labels.max_models`, `max_routes`, `max_providers`, `max_tasks` distinct
+values; a provider controls `model` through its response, a service's routes and tasks are its
+own), the rest fold into `__other__`. Tenant values come from request headers, i.e. from
+outside: they are kept raw, hashed or allow-listed, each (model, route) holds at most
+`max_tenants` of them and all tenant sets together at most `max_series` values; the rest fold
+into `__other__`. Each model keeps at most `max_upstreams` upstream identities (address, region,
+fingerprint; the rest fold into `__other__`), so a provider rotating addresses or fingerprints
+cannot grow the exporter either. Every fold is counted
 (`folds` per (model, route) for tenants, `label_folds` per label otherwise), so dashboards and
 alerts can show how much traffic lost a label. Not thread-safe: the recorder's lock covers it.
 """
@@ -24,7 +24,7 @@ from .config import LabelConfig
 #: What a label value becomes when its `str()` raises.
 INVALID = "invalid"
 #: Labels whose distinct values are capped globally (tenants are capped per (model, route)).
-CAPPED = (names.MODEL, names.ROUTE, names.PROVIDER)
+CAPPED = (names.MODEL, names.ROUTE, names.PROVIDER, names.TASK)
 
 
 class LabelGuard:
@@ -32,7 +32,7 @@ class LabelGuard:
         self.config = config
         self._allow = frozenset(config.tenant_allowlist)
         self._caps = {names.MODEL: config.max_models, names.ROUTE: config.max_routes,
-                      names.PROVIDER: config.max_providers}
+                      names.PROVIDER: config.max_providers, names.TASK: config.max_tasks}
         self._seen: dict[str, set[str]] = {label: set() for label in CAPPED}
         self._tenants: dict[tuple[str, str], set[str]] = {}
         self._upstreams: dict[str, set[tuple[str, str, str]]] = {}
@@ -43,10 +43,10 @@ class LabelGuard:
         #: Both caches hold at most as many values as the guard can ever keep (past it a value
         #: is checked or hashed again: slower, never more memory).
         self._cache_max = (config.max_series + config.max_models + config.max_routes
-                           + config.max_providers)
+                           + config.max_providers + config.max_tasks)
         #: (model, route) -> number of calls whose tenant folded into __other__.
         self.folds: dict[tuple[str, str], int] = {}
-        #: label -> number of calls whose model, route or provider folded into __other__.
+        #: label -> calls (or tasks) whose model, route, provider or task folded into __other__.
         self.label_folds: dict[str, int] = {}
         #: Label values that had to be replaced or truncated.
         self.bad_labels = 0
@@ -72,7 +72,7 @@ class LabelGuard:
         return text[: self.config.max_label_length] or names.UNKNOWN
 
     def value(self, label: str, raw: object, count: int = 1) -> str:
-        """The clean value of a capped label (model, route, provider), `__other__` past its
+        """The clean value of a capped label (model, route, provider, task), `__other__` past its
         cap; a fold adds `count` calls to `label_folds` (and a replaced value is counted once
         when `count` is not 0)."""
         value = self.clean(raw, count > 0)

@@ -23,17 +23,21 @@ LABEL = "label"
 ADDRESS = "address"
 REGION = "region"
 FINGERPRINT = "fingerprint"
+TASK = "task"
+KIND = "kind"
+DEADLINE = "deadline"
+FINISH_REASON = "finish_reason"
 
 #: Value a label folds into past its cap (a tenant once its (model, route) holds
-#: ``max_tenants`` tenants; a model, route or provider past ``max_models`` / ``max_routes`` /
-#: ``max_providers``).
+#: ``max_tenants`` tenants; a model, route, provider or task past ``max_models`` /
+#: ``max_routes`` / ``max_providers`` / ``max_tasks``).
 OTHER_TENANT = "__other__"
 #: `label` of SELF_LABEL_FOLDS for a whole label set folded because its family reached
 #: ``max_series`` rows.
 FOLD_SERIES = "series"
 #: `label` of SELF_LABEL_FOLDS for an upstream identity folded past ``labels.max_upstreams``.
 FOLD_UPSTREAM = "upstream"
-LABEL_FOLDS: tuple[str, ...] = (MODEL, ROUTE, PROVIDER, FOLD_SERIES, FOLD_UPSTREAM)
+LABEL_FOLDS: tuple[str, ...] = (MODEL, ROUTE, PROVIDER, TASK, FOLD_SERIES, FOLD_UPSTREAM)
 #: Value used when a label is unknown (no ``labels()`` context, no model in the request).
 UNKNOWN = "unknown"
 
@@ -54,7 +58,53 @@ REASONING = "reasoning"
 TOOL = "tool"
 TOKEN_KINDS: tuple[str, ...] = (CONTENT, REASONING, TOOL)
 
-Unit = Literal["seconds", "tokens"]
+# --- agent tasks (docs/metrics.md, "Agent tasks") -------------------------------------------------
+#: `kind` of llm_client_task_time_seconds: an LLM call's time split three ways, tool and
+#: guardrail blocks, and the task's time covered by none of them (the app's own code).
+KIND_QUEUE = "queue"
+KIND_NETWORK = "network"
+KIND_PROVIDER = "provider"
+KIND_TOOL = "tool"
+KIND_GUARDRAIL = "guardrail"
+KIND_APP = "app"
+TASK_KINDS: tuple[str, ...] = (KIND_QUEUE, KIND_NETWORK, KIND_PROVIDER, KIND_TOOL,
+                               KIND_GUARDRAIL, KIND_APP)
+#: `deadline` of llm_client_tasks_total.
+DEADLINE_NONE = "none"
+DEADLINE_MET = "met"
+DEADLINE_EXCEEDED = "exceeded"
+DEADLINE_OUTCOMES: tuple[str, ...] = (DEADLINE_NONE, DEADLINE_MET, DEADLINE_EXCEEDED)
+#: Header carrying a deadline between services: the whole milliseconds left (shim/deadline.py).
+DEADLINE_HEADER = "ttft-deadline-ms"
+#: Header in which OpenAI (and compatible servers) report their own processing time (ms).
+PROCESSING_HEADER = "openai-processing-ms"
+
+#: `finish_reason` of llm_client_finish_reasons_total: each provider's stop reasons in five
+#: values; `length` is a stop at max_tokens (OpenAI `length`, Responses `max_output_tokens`,
+#: Anthropic `max_tokens`).
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_TOOL_CALLS = "tool_calls"
+FINISH_CONTENT_FILTER = "content_filter"
+FINISH_OTHER = "other"
+FINISH_REASONS: tuple[str, ...] = (FINISH_STOP, FINISH_LENGTH, FINISH_TOOL_CALLS,
+                                   FINISH_CONTENT_FILTER, FINISH_OTHER)
+_FINISH_ALIASES = {
+    "stop": FINISH_STOP, "end_turn": FINISH_STOP, "stop_sequence": FINISH_STOP,
+    "completed": FINISH_STOP, "length": FINISH_LENGTH, "max_tokens": FINISH_LENGTH,
+    "max_output_tokens": FINISH_LENGTH, "model_context_window_exceeded": FINISH_LENGTH,
+    "tool_calls": FINISH_TOOL_CALLS, "function_call": FINISH_TOOL_CALLS,
+    "tool_use": FINISH_TOOL_CALLS, "content_filter": FINISH_CONTENT_FILTER,
+    "refusal": FINISH_CONTENT_FILTER,
+}
+
+
+def finish_reason(raw: str) -> str:
+    """A provider's stop reason as one of FINISH_REASONS."""
+    return _FINISH_ALIASES.get(raw, FINISH_OTHER)
+
+
+Unit = Literal["seconds", "tokens", "count"]
 
 #: Histograms hold integers: microseconds for times, counts for tokens.
 US_PER_SECOND = 1_000_000
@@ -76,6 +126,8 @@ class Family:
     tenant_by_default: bool
     extra_label: str | None = None
     windowed: bool = False
+    #: The labels every series carries (tenant and `extra_label` come on top).
+    base: tuple[str, ...] = (MODEL, PROVIDER, ROUTE)
 
     @property
     def scale(self) -> int:
@@ -83,7 +135,7 @@ class Family:
         return US_PER_SECOND if self.unit == "seconds" else 1
 
     def to_unit(self, value: int) -> float:
-        """A recorded integer in the family's unit (seconds or tokens)."""
+        """A recorded integer in the family's unit (seconds, tokens or a count)."""
         return value / US_PER_SECOND if self.unit == "seconds" else float(value)
 
     def from_unit(self, value: float) -> int:
@@ -129,10 +181,31 @@ OUTPUT_TOKENS = Family(
 CACHED_INPUT_TOKENS = Family(
     "llm_client_cached_input_tokens", "tokens",
     "Input tokens per call served from the provider's prompt cache.", False)
+REQUESTED_MAX_TOKENS = Family(
+    "llm_client_requested_max_tokens", "tokens",
+    "max_tokens (or max_completion_tokens, max_output_tokens) of each call that set it.", False)
+MAX_TOKENS_HEADROOM = Family(
+    "llm_client_max_tokens_headroom", "tokens",
+    "Per call that set max_tokens and reported usage: max_tokens - output tokens.", False)
+TASK_DURATION = Family(
+    "llm_client_task_duration_seconds", "seconds",
+    "Time from the start of an agent task to its end.", False, base=(TASK,))
+TASK_STEPS = Family(
+    "llm_client_task_steps", "count", "LLM calls (steps) per agent task.", False, base=(TASK,))
+TASK_TIME = Family(
+    "llm_client_task_time_seconds", "seconds",
+    "Per agent task, the time of each kind: queue, network and provider time of its LLM calls, "
+    "tool and guardrail time, and app (covered by none of them).", False, extra_label=KIND,
+    base=(TASK,))
+TASK_CRITICAL_PATH = Family(
+    "llm_client_task_critical_path_seconds", "seconds",
+    "Per agent task: the time its calls, tools and guardrails covered, less what running each "
+    "run of sequential tools in parallel would save.", False, base=(TASK,))
 
 HISTOGRAMS: tuple[Family, ...] = (
     TTFT, FIRST_ANSWER, ITL, TPOT, STALL, DURATION, PHASE_FAMILY,
-    INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS,
+    INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, REQUESTED_MAX_TOKENS, MAX_TOKENS_HEADROOM,
+    TASK_DURATION, TASK_STEPS, TASK_TIME, TASK_CRITICAL_PATH,
 )
 HISTOGRAMS_BY_NAME: dict[str, Family] = {f.name: f for f in HISTOGRAMS}
 WINDOWED: tuple[Family, ...] = tuple(f for f in HISTOGRAMS if f.windowed)
@@ -151,6 +224,40 @@ UPSTREAM_REQUESTS = "llm_client_upstream_requests_total"
 UPSTREAM_LABELS: tuple[str, ...] = (ADDRESS, FINGERPRINT, MODEL, PROVIDER, REGION)
 #: Response headers naming the region that answered (the first one present wins).
 REGION_HEADERS: tuple[str, ...] = ("x-ms-region", "x-region")
+
+@dataclass(frozen=True)
+class Counter:
+    """A counter family with its own label set (its rows are bounded by labels.max_series)."""
+
+    name: str  # with the `_total` suffix
+    help: str
+    labels: tuple[str, ...]  # sorted (the order Prometheus text uses)
+
+
+FINISH_REASONS_TOTAL = Counter(
+    "llm_client_finish_reasons_total", "LLM calls by the reason the provider stopped "
+    "generating (stop, length, tool_calls, content_filter, other).",
+    (FINISH_REASON, MODEL, PROVIDER, ROUTE))
+TASKS_TOTAL = Counter(
+    "llm_client_tasks_total", "Agent tasks by outcome and deadline (none, met, exceeded).",
+    (DEADLINE, OUTCOME, TASK))
+TASK_LATE_CALLS = Counter(
+    "llm_client_task_late_calls_total",
+    "LLM calls started after their task's deadline had passed.", (TASK,))
+TASK_ORPHAN_TOKENS = Counter(
+    "llm_client_task_orphan_tokens_total",
+    "Output tokens generated after their task's deadline (work nobody waits for).", (TASK,))
+TASK_WATERFALL_CALLS = Counter(
+    "llm_client_task_waterfall_tool_calls_total",
+    "Tool calls that started after another tool of their task ended, with no LLM call in "
+    "between (waterfall candidates).", (TASK,))
+COUNTERS: tuple[Counter, ...] = (FINISH_REASONS_TOTAL, TASKS_TOTAL, TASK_LATE_CALLS,
+                                 TASK_ORPHAN_TOKENS, TASK_WATERFALL_CALLS)
+COUNTERS_BY_NAME: dict[str, Counter] = {c.name: c for c in COUNTERS}
+#: Labels whose values are a closed set: a push carrying another value is malformed.
+CLOSED_LABELS: dict[str, tuple[str, ...]] = {
+    PHASE: PHASES, KIND: TASK_KINDS, DEADLINE: DEADLINE_OUTCOMES, OUTCOME: OUTCOMES,
+    FINISH_REASON: FINISH_REASONS}
 
 # --- self-metrics --------------------------------------------------------------------------------
 SELF_SERIES = "ttft_exporter_series"
@@ -225,6 +332,15 @@ ATTR_OUTCOME = "ttft_exporter.outcome"
 ATTR_TIME_TO_FIRST_ANSWER = "ttft_exporter.time_to_first_answer_token"
 ATTR_STALL = "ttft_exporter.stream_stall"
 ATTR_PHASE_PREFIX = "ttft_exporter.phase."  # + phase name, seconds
+# Agent tasks: one task span (the GenAI `invoke_agent` operation) parents its calls' spans,
+# its tool spans (`execute_tool`) and its guardrail spans.
+OP_INVOKE_AGENT = "invoke_agent"
+OP_EXECUTE_TOOL = "execute_tool"
+OP_GUARDRAIL = "guardrail"
+ATTR_AGENT_NAME = "gen_ai.agent.name"
+ATTR_TOOL_NAME = "gen_ai.tool.name"
+ATTR_GUARDRAIL_NAME = "ttft_exporter.guardrail.name"
+ATTR_TASK_PREFIX = "ttft_exporter.task."  # + steps, duration, time.<kind>, critical_path, ...
 
 #: Span events at the phase boundaries, each at its real time (no per-chunk events).
 SPAN_EVENTS: tuple[str, ...] = ("dispatched", "connected", "sent", "headers", "first_token",

@@ -15,6 +15,7 @@ default no-op providers cost one `isinstance` per call.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -53,9 +54,31 @@ def _tracer(provider: Any) -> Any:
     return found[1]
 
 
+#: With no provider set, the API's `get_tracer_provider()` looks its environment variable up in
+#: `os.environ` on every call (a KeyError raised and caught inside `os.environ`, ~1 µs).
+#: `tracing()` answers that case from the same data: the API's function as imported (not
+#: replaced, e.g. by a test), no provider set yet, the variable not in the environment's dict.
+_API_GET_TRACER_PROVIDER = trace.get_tracer_provider
+_ENVIRON: Any = getattr(os.environ, "_data", None)
+try:
+    _PROVIDER_ENV_KEY: Any = os.environ.encodekey(  # type: ignore[attr-defined]
+        "OTEL_PYTHON_TRACER_PROVIDER")
+except Exception:  # pragma: no cover - not CPython's os.environ
+    _ENVIRON = None
+
+
 def tracing() -> bool:
     """True when the app installed a TracerProvider that records (one isinstance per call)."""
+    if trace.get_tracer_provider is _API_GET_TRACER_PROVIDER and _ENVIRON is not None \
+            and getattr(trace, "_TRACER_PROVIDER", False) is None \
+            and _PROVIDER_ENV_KEY not in _ENVIRON:
+        return False  # get_tracer_provider() would return the no-op proxy
     return not isinstance(trace.get_tracer_provider(), _NO_SPAN_PROVIDERS)
+
+
+def recording_span() -> bool:
+    """True when the span current in this context records (~0.5 µs: a context lookup)."""
+    return trace.get_current_span().is_recording()
 
 
 class CallSpan:
@@ -140,6 +163,40 @@ class CallSpan:
             if stamp is not None:
                 span.add_event(name, timestamp=stamp + shift)
         span.end(end_time=(t.end if t.end is not None else time.perf_counter_ns()) + shift)
+
+
+class TaskSpan:
+    """The span of an agent task or of one of its tool or guardrail blocks (INTERNAL spans).
+
+    Made current while its block runs, so the spans of the LLM calls, tools and guardrails
+    inside it are its children. Created only when the app traces; never raises.
+    """
+
+    __slots__ = ("span", "_token")
+
+    def __init__(self, operation: str, name: str, attributes: dict[str, Any]):
+        self._token: object | None = None
+        self.span: Any = _tracer(trace.get_tracer_provider()).start_span(
+            f"{operation} {name}", kind=SpanKind.INTERNAL,
+            attributes={names.ATTR_OPERATION: operation, **attributes})
+        self._token = context.attach(trace.set_span_in_context(self.span))
+
+    def end(self, exc: BaseException | None, attributes: Mapping[str, Any] | None = None,
+            end_ns: int | None = None) -> None:
+        """Leave the span's context and end it (ERROR with the exception's class, if any)."""
+        token, self._token = self._token, None
+        if token is not None:
+            try:
+                context.detach(token)  # type: ignore[arg-type]
+            except Exception:  # detached in another context: OTel logs it; never raise
+                pass
+        span = self.span
+        if attributes:
+            span.set_attributes(attributes)
+        if exc is not None:
+            span.set_attribute(names.ATTR_ERROR_TYPE, type(exc).__qualname__)
+            span.set_status(Status(StatusCode.ERROR))
+        span.end(end_time=end_ns)
 
 
 def streamed(t: CallTimeline, attributes: Mapping[str, Any]) -> bool:

@@ -28,6 +28,7 @@ HDR counters. The number of series is capped by `labels.max_series`; tenants by
 from __future__ import annotations
 
 import threading
+from threading import get_ident
 from array import array
 from bisect import bisect_left
 from collections import deque
@@ -37,10 +38,11 @@ from . import exemplar, names
 from .clock import SYSTEM, Clock
 from .config import Config
 from .exemplar import Exemplar
-from .guard import LabelGuard
+from .guard import CAPPED, LabelGuard
 from .histogram import Histogram, WindowPart
 from .schema import Schema
 from .series import FamilyState, Series
+from .tasks import TaskSummary
 from .timeline import CallTimeline, Derived, derive
 from .wire import Delta
 
@@ -69,6 +71,7 @@ class Counters(NamedTuple):
     input_tokens: dict[UsageKey, int]  # provider usage per tenant
     cached_tokens: dict[UsageKey, int]
     upstreams: dict[UpstreamKey, int]  # calls per upstream identity
+    counts: dict[str, dict[tuple[str, ...], int]]  # names.COUNTERS: name -> row -> count
 
 
 class Taken(NamedTuple):
@@ -84,11 +87,16 @@ class Taken(NamedTuple):
     input_tokens: dict[UsageKey, int]
     cached_tokens: dict[UsageKey, int]
     upstreams: dict[UpstreamKey, int]
+    counts: dict[str, dict[tuple[str, ...], int]]
 
 
-#: A call (or drop) queued because its thread held the lock: (timeline, in-flight key,
-#: derived) or a drop reason.
-_Deferred = Union[tuple[CallTimeline, Union[InFlightKey, None], Derived], str]
+#: A call, task or drop queued because its thread held the lock: (timeline, in-flight key,
+#: derived), a task's summary, or a drop reason.
+_Deferred = Union[tuple[CallTimeline, Union[InFlightKey, None], Derived], TaskSummary, str]
+
+
+def _no_counts() -> dict[str, dict[tuple[str, ...], int]]:
+    return {counter.name: {} for counter in names.COUNTERS}
 
 
 class _Held:
@@ -130,8 +138,19 @@ class Recorder:
         self.input_tokens: dict[UsageKey, int] = {}
         self.cached_tokens: dict[UsageKey, int] = {}
         self.upstreams: dict[UpstreamKey, int] = {}
+        #: names.COUNTERS by name: label values (the counter's label order) -> count.
+        self.counts: dict[str, dict[tuple[str, ...], int]] = _no_counts()
         self._dirty: set[Series] = set()
         self._gauge_keys: set[InFlightKey] = set()  # aggregator: in-flight keys of all workers
+        #: (model, provider, route) triples the guard keeps as they are (clean, within the
+        #: caps): a set lookup per call instead of six guard calls. Only values whose guard
+        #: calls have no effect are here (never a folded, replaced or counted value).
+        self._kept: set[tuple[str, str, str]] = set()
+        #: The families every call records, in the order `_record_locked` reads its values.
+        self._call_states = tuple(self.families[fam.name] for fam in (
+            names.TTFT, names.FIRST_ANSWER, names.TPOT, names.STALL, names.DURATION,
+            names.INPUT_TOKENS, names.OUTPUT_TOKENS, names.CACHED_INPUT_TOKENS,
+            names.REQUESTED_MAX_TOKENS, names.MAX_TOKENS_HEADROOM))
 
     # --- the lock -----------------------------------------------------------------------------
 
@@ -162,9 +181,11 @@ class Recorder:
             if isinstance(item, str):
                 self.drops[item] = self.drops.get(item, 0) + 1
                 continue
-            t, key, derived = item
             try:
-                self._finish_locked(t, key, derived)
+                if isinstance(item, TaskSummary):
+                    self._task_locked(item)
+                else:
+                    self._finish_locked(*item)
             except Exception:
                 self.drops[names.DROP_INTERNAL] += 1
 
@@ -183,17 +204,33 @@ class Recorder:
     def started(self, model: str, provider: str, route: str) -> InFlightKey:
         """Count a call in flight; returns the key to pass back to `record_call`."""
         try:
-            if not self._acquire():
+            # `_acquire()` / `_release()` written out (here and in `record_call`): these two
+            # run on every call, in the caller's thread.
+            me = get_ident()
+            if self._owner == me:
                 return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
+            lock = self._lock
+            lock.acquire()
+            self._owner = me
             try:
-                guard = self.guard
-                key = (guard.known(names.MODEL, model), guard.known(names.PROVIDER, provider),
-                       guard.known(names.ROUTE, route))
-                key = self._row(self.in_flight, key, (names.OTHER_TENANT,) * 3)  # type: ignore
-                self.in_flight[key] = self.in_flight.get(key, 0) + 1
+                if self._deferred:
+                    self._run_deferred()
+                key = (model, provider, route)
+                if key not in self._kept:
+                    guard = self.guard
+                    key = self._keep_if_same(key, (
+                        guard.known(names.MODEL, model), guard.known(names.PROVIDER, provider),
+                        guard.known(names.ROUTE, route)))
+                in_flight = self.in_flight
+                if key not in in_flight:
+                    key = self._row(in_flight, key, (names.OTHER_TENANT,) * 3)  # type: ignore
+                in_flight[key] = in_flight.get(key, 0) + 1
                 return key
             finally:
-                self._release()
+                if self._deferred:
+                    self._run_deferred()
+                self._owner = None
+                lock.release()
         except Exception:
             self.count_drop(names.DROP_INTERNAL)
             return (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
@@ -204,11 +241,33 @@ class Recorder:
         try:
             if derived is None:
                 derived = derive(t)
-            if not self._acquire():
+            me = get_ident()
+            if self._owner == me:
                 self._deferred.append((t, in_flight_key, derived))
                 return
+            lock = self._lock
+            lock.acquire()
+            self._owner = me
             try:
+                if self._deferred:
+                    self._run_deferred()
                 self._finish_locked(t, in_flight_key, derived)
+            finally:
+                if self._deferred:
+                    self._run_deferred()
+                self._owner = None
+                lock.release()
+        except Exception:
+            self.count_drop(names.DROP_INTERNAL)
+
+    def record_task(self, summary: TaskSummary) -> None:
+        """Record every metric of one finished agent task (tasks.summarize), under one lock."""
+        try:
+            if not self._acquire():
+                self._deferred.append(summary)
+                return
+            try:
+                self._task_locked(summary)
             finally:
                 self._release()
         except Exception:
@@ -233,16 +292,40 @@ class Recorder:
             self.in_flight[in_flight_key] -= 1  # an idle row stays, at 0 (its rows are bounded)
         self._record_locked(t, d)
 
+    def _keep_if_same(self, raw: tuple[str, str, str], labels: tuple[str, str, str]
+                      ) -> tuple[str, str, str]:
+        """`labels` (the guard's answer for `raw`); remembered in `_kept` when it is `raw`
+        itself, so the next call with these values skips the guard (which would do nothing)."""
+        if labels[0] is raw[0] and labels[1] is raw[1] and labels[2] is raw[2] \
+                and raw[0].__class__ is str and raw[1].__class__ is str \
+                and raw[2].__class__ is str and names.OTHER_TENANT not in raw \
+                and len(self._kept) < self.config.labels.max_series:
+            self._kept.add(raw)
+        return labels
+
     def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
-        model, provider, route = guard.value(names.MODEL, t.model), \
-            guard.value(names.PROVIDER, t.provider), guard.value(names.ROUTE, t.route)
-        tenant = guard.tenant(model, route, t.tenant)
+        model, provider, route = base = (t.model, t.provider, t.route)
+        if base not in self._kept:
+            model, provider, route = base = self._keep_if_same(base, (
+                guard.value(names.MODEL, model), guard.value(names.PROVIDER, provider),
+                guard.value(names.ROUTE, route)))
+        raw_tenant = t.tenant
+        tenant = names.UNKNOWN if raw_tenant is None or raw_tenant == "" else \
+            guard.tenant(model, route, raw_tenant)
         outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
-        other = names.OTHER_TENANT
-        key = self._row(self.requests, (model, outcome, provider, route, tenant),
-                        (other, outcome, other, other, other))
-        self.requests[key] = self.requests.get(key, 0) + 1
+        requests = self.requests
+        key = (model, outcome, provider, route, tenant)
+        if key not in requests:
+            other = names.OTHER_TENANT
+            key = self._row(requests, key, (other, outcome, other, other, other))
+        requests[key] = requests.get(key, 0) + 1
+        if t.finish_reason is not None:
+            self._add(names.FINISH_REASONS_TOTAL,
+                      (names.finish_reason(t.finish_reason), model, provider, route))
+        max_tokens, headroom = t.max_tokens, None
+        if max_tokens is not None and t.output_tokens is not None:
+            headroom = max(0, max_tokens - t.output_tokens)
         if t.input_tokens is not None or t.cached_input_tokens is not None:
             self._usage(key, t.input_tokens, t.cached_input_tokens)
         if t.upstream_address or t.upstream_region or t.fingerprint:
@@ -250,33 +333,81 @@ class Recorder:
                            t.fingerprint)
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
-        base = (model, provider, route)
         with_tenant = (model, provider, route, tenant)
         observe = self._observe
+        dirty = self._dirty
         trace_id = t.trace_id
-        for fam, value in ((names.TTFT, d.ttft), (names.FIRST_ANSWER, d.first_answer),
-                           (names.TPOT, d.tpot), (names.STALL, d.stall),
-                           (names.DURATION, d.duration), (names.INPUT_TOKENS, t.input_tokens),
-                           (names.OUTPUT_TOKENS, t.output_tokens),
-                           (names.CACHED_INPUT_TOKENS, t.cached_input_tokens)):
-            if value is not None:
-                state = self.families[fam.name]
-                series = observe(state, with_tenant if state.has_tenant else base, value,
-                                 slice_id)
-                if trace_id and series is not None and state.windowed:
-                    self._exemplar(series, value, trace_id)
+        for state, value in zip(self._call_states, (
+                d.ttft, d.first_answer, d.tpot, d.stall, d.duration, t.input_tokens,
+                t.output_tokens, t.cached_input_tokens, max_tokens, headroom)):
+            if value is None:
+                continue
+            values = with_tenant if state.has_tenant else base
+            series = state.series.get(values)
+            if series is not None and value.__class__ is int and value >= 0 \
+                    and slice_id <= series.pending_slice:
+                # `_observe`'s common case inline (a valid value, a known series, the same
+                # window slice): one Python call less per value
+                dirty.add(series)
+                pending = series.pending
+                pending.append(value)
+                if len(pending) >= PENDING_MAX:
+                    series.fold(self._keep)
+            else:
+                series = observe(state, values, value, slice_id)
+            if trace_id and series is not None and state.windowed:
+                self._exemplar(series, value, trace_id)
         if d.gaps:  # already a batch: fold it at once
             state = self.families[names.ITL.name]
             series = self._series(state, with_tenant if state.has_tenant else base)
             if series is not None:
                 series.pending.extend(d.gaps)
                 series.fold(self._keep)
-        state = self.families[names.PHASE_FAMILY.name]
-        for phase, value in d.phases.items():
-            # label order (model, phase, provider, route[, tenant]) is the sorted order
-            values = (model, phase, provider, route, tenant) if state.has_tenant else \
-                (model, phase, provider, route)
-            observe(state, values, value, slice_id)
+        if d.phases:
+            state = self.families[names.PHASE_FAMILY.name]
+            has_tenant = state.has_tenant
+            all_series = state.series
+            for phase, value in d.phases.items():
+                # label order (model, phase, provider, route[, tenant]) is the sorted order
+                values = (model, phase, provider, route, tenant) if has_tenant else \
+                    (model, phase, provider, route)
+                series = all_series.get(values)
+                if series is not None and value.__class__ is int and value >= 0 \
+                        and slice_id <= series.pending_slice:  # as above
+                    dirty.add(series)
+                    pending = series.pending
+                    pending.append(value)
+                    if len(pending) >= PENDING_MAX:
+                        series.fold(self._keep)
+                else:
+                    observe(state, values, value, slice_id)
+
+    def _task_locked(self, s: TaskSummary) -> None:
+        task = self.guard.value(names.TASK, s.name)
+        slice_id = s.end // self.slice_ns
+        families, observe, key = self.families, self._observe, (task,)
+        for fam, value in ((names.TASK_DURATION, s.duration), (names.TASK_STEPS, s.steps),
+                           (names.TASK_CRITICAL_PATH, s.critical_path)):
+            observe(families[fam.name], key, value, slice_id)
+        state = families[names.TASK_TIME.name]
+        for kind, value in s.kinds.items():
+            observe(state, (kind, task), value, slice_id)  # (kind, task): sorted label order
+        outcome = s.outcome if s.outcome in names.OUTCOMES else names.ERROR
+        self._add(names.TASKS_TOTAL, (s.deadline, outcome, task))
+        self._add(names.TASK_WATERFALL_CALLS, key, s.waterfall_calls)
+        if s.deadline != names.DEADLINE_NONE:  # rows at 0 too: "no late call" is an answer
+            self._add(names.TASK_LATE_CALLS, key, s.late_calls)
+            self._add(names.TASK_ORPHAN_TOKENS, key, s.orphan_tokens)
+
+    def _add(self, counter: names.Counter, key: tuple[str, ...], n: int = 1,
+             folds: int = 1) -> None:
+        """Add `n` to a counter's row; past `max_series` rows, to its overflow row."""
+        rows = self.counts[counter.name]
+        if key not in rows:
+            overflow = tuple(v if label in names.CLOSED_LABELS else names.OTHER_TENANT
+                             for label, v in zip(counter.labels, key))
+            key = self._row(rows, key, overflow, folds)
+        rows[key] = rows.get(key, 0) + n
 
     def _usage(self, request_key: tuple[str, ...], input_tokens: int | None,
                cached: int | None) -> None:
@@ -406,7 +537,8 @@ class Recorder:
             return Counters(dict(self.requests), dict(self.in_flight), drops,
                             dict(self.guard.folds), self.series_count,
                             dict(self.guard.label_folds), dict(self.input_tokens),
-                            dict(self.cached_tokens), dict(self.upstreams))
+                            dict(self.cached_tokens), dict(self.upstreams),
+                            {name: dict(rows) for name, rows in self.counts.items()})
 
     # --- the store operations of the other process roles ----------------------------------------
 
@@ -432,6 +564,7 @@ class Recorder:
             input_tokens, self.input_tokens = self.input_tokens, {}
             cached_tokens, self.cached_tokens = self.cached_tokens, {}
             upstreams, self.upstreams = self.upstreams, {}
+            counts, self.counts = self.counts, _no_counts()
             in_flight = {key: n for key, n in self.in_flight.items() if n}
             drops = {reason: n for reason, n in self.drops.items() if n}
             for reason in drops:
@@ -450,7 +583,7 @@ class Recorder:
             if exemplars:
                 exemplars_by_key[key] = exemplars
         return Taken(histograms, exemplars_by_key, requests, in_flight, folds, drops,
-                     label_folds, input_tokens, cached_tokens, upstreams)
+                     label_folds, input_tokens, cached_tokens, upstreams, counts)
 
     def absorb(self, delta: Delta, window: bool = True) -> None:
         """Aggregator: add a validated delta exactly (HDR add, straddles, sums, counters).
@@ -497,6 +630,10 @@ class Recorder:
                 self._upstream(guard.known(names.MODEL, model),
                                guard.known(names.PROVIDER, provider), address, region,
                                fingerprint, n, count=n)
+            for name, rows in delta.counters.items():
+                counter = names.COUNTERS_BY_NAME[name]
+                for values, n in rows.items():
+                    self._add(counter, self._relabel(counter.labels, values), n, folds=0)
             for (model, route), n in delta.tenant_folds.items():
                 key = (guard.known(names.MODEL, model), guard.known(names.ROUTE, route))
                 guard.folds[key] = guard.folds.get(key, 0) + n
@@ -510,8 +647,9 @@ class Recorder:
         """A worker's label values through this guard (folds counted with the calls)."""
         labels = dict(zip(label_names, values))
         guard = self.guard
-        for label in (names.MODEL, names.ROUTE, names.PROVIDER):
-            labels[label] = guard.known(label, labels[label])
+        for label in CAPPED:
+            if label in labels:
+                labels[label] = guard.known(label, labels[label])
         if names.TENANT in labels:
             labels[names.TENANT] = guard.tenant(labels[names.MODEL], labels[names.ROUTE],
                                                 labels[names.TENANT], policy=False, count=0)

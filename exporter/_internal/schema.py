@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import names
-from .config import Config
+from .config import COUNT_BUCKETS, Config
 from .histogram import Layout
 
 
@@ -37,20 +37,21 @@ class Schema:
                          [round(b * names.US_PER_SECOND) for b in config.seconds_buckets()])
         tokens = Layout(hist.max_tokens, hist.significant_digits,
                         [int(b) for b in hist.token_buckets])
+        layouts = {"seconds": seconds, "tokens": tokens,
+                   "count": Layout(hist.max_tokens, hist.significant_digits, COUNT_BUCKETS)}
         self.max_label_length = config.labels.max_label_length
         #: Series and rows one push may carry at most (each family's ceiling).
         self.max_series = config.labels.max_series
         self.families: dict[str, FamilySchema] = {}
         for fam in names.HISTOGRAMS:
             has_tenant = config.family_has_tenant(fam)
-            label_names = [names.MODEL, names.PROVIDER, names.ROUTE]
+            label_names = list(fam.base)
             if has_tenant:
                 label_names.append(names.TENANT)
             if fam.extra_label:
                 label_names.append(fam.extra_label)
             self.families[fam.name] = FamilySchema(
-                fam, seconds if fam.unit == "seconds" else tokens, tuple(sorted(label_names)),
-                has_tenant)
+                fam, layouts[fam.unit], tuple(sorted(label_names)), has_tenant)
 
     def layouts(self) -> dict[str, list[Any]]:
         """Per unit, [highest trackable value, significant digits, `le` boundaries]: the HDR

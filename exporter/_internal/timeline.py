@@ -48,6 +48,13 @@ class CallTimeline:
     upstream_address: str | None = None
     upstream_region: str | None = None
     fingerprint: str | None = None
+    #: The request's max_tokens (max_completion_tokens, max_output_tokens), when it set one.
+    max_tokens: int | None = None
+    #: The provider's own stop reason as it reported it (`length`, `end_turn`, ...).
+    finish_reason: str | None = None
+    #: ns of the server phase (sent -> headers) the provider did not spend itself by its own
+    #: account (`openai-processing-ms`): the network round trip. None when it does not say.
+    round_trip: int | None = None
 
     def token(self, now: int, kind: str = names.CONTENT) -> None:
         """Note one token event at `now`: a stamp and a counter, nothing more."""
@@ -94,47 +101,67 @@ def phases(t: CallTimeline) -> dict[str, int]:
     `reasoning` is recorded only for calls that emitted reasoning tokens, and `decode` only once
     an answer token arrived: a call without reasoning has no reasoning phase, not a zero one.
     """
+    # Each phase is `_span(a, b)`, written out: this runs once per call on the caller's thread.
     out: dict[str, int] = {}
-    pairs = (
-        ("queue", t.start, t.dispatched),
-        ("connect", t.dispatched, t.connected),
-        ("send", t.connected, t.sent),
-        ("server", t.sent, t.headers),
-        ("prefill", t.headers, t.first_token),
-    )
-    for name, a, b in pairs:
-        value = _span(a, b)
-        if value is not None:
-            out[name] = value
-    if t.reasoning_events and t.first_answer_token is not None:
-        value = _span(t.first_token, t.first_answer_token)
-        if value is not None:
-            out["reasoning"] = value
-    if t.first_answer_token is not None:
-        value = _span(t.first_answer_token, t.last_token)
-        if value is not None:
-            out["decode"] = value
+    a = t.start
+    b = t.dispatched
+    if a is not None and b is not None and b >= a:
+        out["queue"] = (b - a) // NS_PER_US
+    a, b = b, t.connected
+    if a is not None and b is not None and b >= a:
+        out["connect"] = (b - a) // NS_PER_US
+    a, b = b, t.sent
+    if a is not None and b is not None and b >= a:
+        out["send"] = (b - a) // NS_PER_US
+    a, b = b, t.headers
+    if a is not None and b is not None and b >= a:
+        out["server"] = (b - a) // NS_PER_US
+    a, b = b, t.first_token
+    if a is not None and b is not None and b >= a:
+        out["prefill"] = (b - a) // NS_PER_US
+    answer = t.first_answer_token
+    if answer is not None:
+        if t.reasoning_events:
+            value = _span(t.first_token, answer)
+            if value is not None:
+                out["reasoning"] = value
+        times = t.token_times
+        if times and times[-1] >= answer:
+            out["decode"] = (times[-1] - answer) // NS_PER_US
     return out
 
 
 def derive(t: CallTimeline) -> Derived:
     """Every histogram value of one finished call."""
-    gaps = gaps_us(t.token_times)
-    first, last = t.first_token, t.last_token
-    events = len(t.token_times)
+    times = t.token_times
+    events = len(times)
+    gaps = gaps_us(times) if events > 1 else []
+    first = t.first_token
+    last = times[-1] if times else None
     output = t.output_tokens if t.output_tokens else events
     tpot = None
     if first is not None and last is not None and output >= 2 and last > first:
         tpot = (last - first) // NS_PER_US // (output - 1)
-    return Derived(
-        ttft=_span(t.start, first),
-        first_answer=_span(t.start, t.first_answer_token),
-        tpot=tpot,
-        stall=max(gaps) if gaps else None,
-        duration=_span(t.start, t.end),
-        phases=phases(t),
-        gaps=gaps,
-    )
+    start = t.start
+    end = t.end
+    answer = t.first_answer_token
+    # Derived(ttft, first_answer, tpot, stall, duration, phases, gaps), built without the
+    # namedtuple's Python-level __new__
+    return _new_tuple(Derived, (
+        (first - start) // NS_PER_US if first is not None and start is not None
+        and first >= start else None,
+        (answer - start) // NS_PER_US if answer is not None
+        and start is not None and answer >= start else None,
+        tpot,
+        max(gaps) if gaps else None,
+        (end - start) // NS_PER_US if end is not None and start is not None
+        and end >= start else None,
+        phases(t),
+        gaps,
+    ))
+
+
+_new_tuple = tuple.__new__
 
 
 def outcome_of(exc: BaseException | None) -> str:

@@ -17,6 +17,7 @@ inflate it before any size check; the aggregator refuses one), and inflates to o
      "tenant_folds": [[model, route, n], ...], "label_folds": {label: n},
      "input_tokens": [[model, provider, route, tenant, n], ...], "cached_tokens": [...],
      "upstreams": [[address, fingerprint, model, provider, region, n], ...],
+     "counters": {counter: [[label values in the counter's label order..., n], ...]},
      "dropped": {reason: n}, "lost_batches": n, "push_failures": n}
 
 Each series is four items of its family's flat list: a reference into `labels` (label tuples
@@ -34,10 +35,10 @@ the exact `sum` of the values, and for each `le` boundary that falls inside an H
 boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
 
 `input_tokens`, `cached_tokens` and `upstreams` (the per-tenant usage counters and the upstream
-identities) may be absent: releases before them did not send them.
-
-`decode()` validates every field before anything is applied, so a bad push changes nothing;
-`PushError.reason` names the aggregator's reject counter.
+identities), `counters` (names.COUNTERS: finish reasons, agent tasks) and the `count` layout
+came after the first release of version 1 and may be absent; a layout is required only for the
+units the push's families use. `decode()` validates every field before anything is applied, so
+a bad push changes nothing; `PushError.reason` names the aggregator's reject counter.
 """
 
 from __future__ import annotations
@@ -103,8 +104,10 @@ class Delta:
     in_flight: dict[tuple[str, ...], int] = field(default_factory=dict)
     #: (model, route) -> calls whose tenant was folded into __other__
     tenant_folds: dict[tuple[str, ...], int] = field(default_factory=dict)
-    #: model / route / provider / series -> calls whose label (set) folded into __other__
+    #: model / route / provider / task / series -> calls whose label (set) folded
     label_folds: dict[str, int] = field(default_factory=dict)
+    #: names.COUNTERS by name -> label values -> count
+    counters: dict[str, dict[tuple[str, ...], int]] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     #: (model, provider, route, tenant) -> input tokens / cached input tokens (provider usage)
     input_tokens: dict[tuple[str, ...], int] = field(default_factory=dict)
@@ -133,6 +136,10 @@ class Delta:
                                  (self.upstreams, later.upstreams)):
             for row, n in theirs_d.items():
                 mine_d[row] = mine_d.get(row, 0) + n
+        for name, rows in later.counters.items():
+            mine_rows = self.counters.setdefault(name, {})
+            for row, n in rows.items():
+                mine_rows[row] = mine_rows.get(row, 0) + n
         self.in_flight = dict(later.in_flight)
         self.interval = later.interval
         self.final = later.final
@@ -178,6 +185,8 @@ def payload(delta: Delta, layouts: dict[str, list[Any]]) -> dict[str, Any]:
         "in_flight": [[*k, n] for k, n in delta.in_flight.items() if n],
         "tenant_folds": [[*k, n] for k, n in delta.tenant_folds.items() if n],
         "label_folds": {label: n for label, n in delta.label_folds.items() if n},
+        "counters": {name: [[*k, n] for k, n in rows.items()]
+                     for name, rows in delta.counters.items() if rows},
         "dropped": {r: n for r, n in delta.dropped.items() if n},
         **{name: [[*k, n] for k, n in rows.items() if n] for name, rows in (
             ("input_tokens", delta.input_tokens), ("cached_tokens", delta.cached_tokens),
@@ -251,12 +260,15 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
     layouts = doc.get("layouts")
     if not isinstance(layouts, dict):
         raise PushError(MALFORMED, "layouts missing")
+    families = schema.families
     mine = schema.layouts()
+    pushed = doc.get("histograms")
+    units = {families[name].family.unit for name in pushed if name in families} \
+        if pushed.__class__ is dict else set()
     for unit, layout in mine.items():
-        if layouts.get(unit) != layout:
+        if (unit in units or unit in layouts) and layouts.get(unit) != layout:
             raise PushError(INCOMPATIBLE, f"the {unit} histogram layout differs from the "
                                           f"aggregator's (digits, range or buckets)")
-    families = schema.families
     table = _list(doc.get("labels"), "labels")
     _bounded(doc, schema.max_series)
     by_family = doc.get("histograms")
@@ -277,8 +289,7 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
         if flat.__class__ is not list or len(flat) % 4:
             raise PushError(MALFORMED, f"{name}: expected [labels, counts, count, sum] x series")
         layout, n_labels = state.layout, len(state.label_names)
-        phase = state.label_names.index(names.PHASE) \
-            if state.family.extra_label == names.PHASE else -1
+        closed = _closed(state.label_names)
         keys: list[tuple[str, tuple[str, ...]]] = []
         series: list[Sparse] = []
         it = iter(flat)
@@ -289,8 +300,8 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
             if labels is None:
                 labels = checked[(ref, n_labels)] = _labels(table[ref], n_labels, max_len,
                                                             "histogram labels")
-            if phase >= 0 and labels[phase] not in names.PHASES:
-                raise PushError(MALFORMED, "unknown phase")
+            if closed:
+                _check_closed(closed, labels)
             key = (name, labels)
             if key in histograms:
                 raise PushError(MALFORMED, "a series appears twice")
@@ -314,6 +325,7 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
     _counts(doc.get("dropped"), "dropped", names.DROP_REASONS, delta.dropped)
     # (absent from the pushes of releases that did not cap model, route and provider)
     _counts(doc.get("label_folds", {}), "label_folds", names.LABEL_FOLDS, delta.label_folds)
+    _counters(doc.get("counters", {}), max_len, delta.counters)
     delta.lost_batches = _count(doc.get("lost_batches"), "lost_batches")
     delta.push_failures = _count(doc.get("push_failures"), "push_failures")
     return delta
@@ -324,13 +336,48 @@ def _bounded(doc: dict[str, Any], limit: int) -> None:
     histograms = doc.get("histograms")
     series = sum(len(flat) // 4 for flat in histograms.values() if flat.__class__ is list) \
         if histograms.__class__ is dict else 0
-    lists = {key: doc.get(key) for key in ("labels", "requests", "in_flight", "tenant_folds",
-                                           "input_tokens", "cached_tokens", "upstreams")}
-    for what, n in (("series", series), *((key, len(value)) for key, value in lists.items()
-                                          if value.__class__ is list)):
+    counters = doc.get("counters")
+    rows = [(name, _size(value)) for name, value in counters.items()] \
+        if counters.__class__ is dict else []
+    for what, n in (("series", series), ("label sets", _size(doc.get("labels"))),
+                    *((key, _size(doc.get(key))) for key in
+                      ("requests", "in_flight", "tenant_folds", "input_tokens",
+                       "cached_tokens", "upstreams")), *rows):
         if n > limit:
             raise PushError(names.REJECT_TOO_LARGE, f"{n} {what} in one push: more than "
                                                     f"labels.max_series ({limit})")
+
+
+def _size(value: Any) -> int:
+    """Items in a list (what a malformed value holds counts as none: refused later)."""
+    return len(value) if value.__class__ is list else 0
+
+
+def _closed(label_names: tuple[str, ...]) -> list[tuple[int, tuple[str, ...]]]:
+    """(position, allowed values) of the labels whose values are a closed set."""
+    return [(i, names.CLOSED_LABELS[label]) for i, label in enumerate(label_names)
+            if label in names.CLOSED_LABELS]
+
+
+def _check_closed(closed: list[tuple[int, tuple[str, ...]]], values: tuple[str, ...]) -> None:
+    for i, allowed in closed:
+        if values[i] not in allowed:
+            raise PushError(MALFORMED, f"unknown label value {values[i][:40]!r}")
+
+
+def _counters(value: Any, max_len: int, into: dict[str, dict[tuple[str, ...], int]]) -> None:
+    """{counter name: [[label values..., n], ...]} of the known counters."""
+    if not isinstance(value, dict):
+        raise PushError(MALFORMED, "counters must be an object")
+    for name, rows in value.items():
+        counter = names.COUNTERS_BY_NAME.get(name)
+        if counter is None:
+            raise PushError(MALFORMED, f"unknown counter {str(name)[:80]!r}")
+        found = into[name] = {}
+        _rows(rows, name, len(counter.labels), max_len, found)
+        closed = _closed(counter.labels)
+        for key in found:
+            _check_closed(closed, key)
 
 
 def _counts(value: Any, what: str, known: tuple[str, ...], into: dict[str, int]) -> None:

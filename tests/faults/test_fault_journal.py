@@ -4,11 +4,9 @@ durable is not acknowledged (its worker keeps it and resends it)."""
 
 from __future__ import annotations
 
-import os
 import resource
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 

@@ -236,4 +236,4 @@ def grafana_expr(expr: str, rate_interval: str = "10s", time_range: str = "1m") 
     """A panel query as Grafana sends it with every template variable set to All."""
     return (expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
             .replace("$model", ".*").replace("$route", ".*").replace("$tenant", ".*")
-            .replace("$job", ".*"))
+            .replace("$job", ".*").replace("$task", ".*"))

@@ -14,9 +14,9 @@ The certificate is self-signed at start (the `cryptography` package, else the op
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
+import importlib.util
 import ipaddress
 import shutil
 import ssl
@@ -28,19 +28,17 @@ from pathlib import Path
 from aiohttp import web
 
 from .. import http_thread
+from .relay import Relay
 
 #: Half the round trip to the far region (seconds).
 ONE_WAY_SECONDS = 0.05
-_CHUNK = 65536
 
 
 def tls_available() -> bool:
     """True when a certificate can be made here (cryptography installed, or openssl)."""
-    try:
-        import cryptography  # noqa: F401
-    except ImportError:
-        return shutil.which("openssl") is not None
-    return True
+    if importlib.util.find_spec("cryptography") is not None:
+        return True
+    return shutil.which("openssl") is not None
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
@@ -77,36 +75,6 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 delay: float) -> None:
-    """Copy reader to writer, each chunk `delay` seconds after it arrived (order kept)."""
-    loop = asyncio.get_running_loop()
-    pending: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-
-    async def deliver() -> None:
-        while True:
-            due, data = await pending.get()
-            wait = due - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if not data:
-                return
-            writer.write(data)
-            await writer.drain()
-
-    sender = asyncio.create_task(deliver())
-    try:
-        while data := await reader.read(_CHUNK):
-            pending.put_nowait((loop.time() + delay, data))
-        pending.put_nowait((loop.time() + delay, b""))
-        await sender
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        sender.cancel()
-        writer.close()
-
-
 @dataclass
 class FarRegion:
     """The far region serving on the running loop; `close()` stops it."""
@@ -114,7 +82,7 @@ class FarRegion:
     base_url: str
     ca_file: Path
     _runner: web.AppRunner
-    _relay: asyncio.AbstractServer
+    _relay: Relay
     _directory: tempfile.TemporaryDirectory[str]
 
     def tls_client_context(self) -> ssl.SSLContext:
@@ -122,9 +90,8 @@ class FarRegion:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
     async def close(self) -> None:
-        self._relay.close()
         with contextlib.suppress(Exception):
-            await self._relay.wait_closed()
+            await self._relay.close()
         await self._runner.cleanup()
         self._directory.cleanup()
 
@@ -139,21 +106,7 @@ async def start_far_region(app: web.Application, one_way: float = ONE_WAY_SECOND
     runner, tls_port = await http_thread.serve(app, "127.0.0.1", 0, ssl_context=server_tls,
                                                shutdown_timeout=shutdown_timeout)
 
-    async def connection(client_reader: asyncio.StreamReader,
-                         client_writer: asyncio.StreamWriter) -> None:
-        try:
-            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", tls_port)
-        except OSError:
-            client_writer.close()
-            return
-        try:
-            await asyncio.gather(_relay(client_reader, server_writer, one_way),
-                                 _relay(server_reader, client_writer, one_way))
-        except asyncio.CancelledError:  # the region shuts down: the connection just ends
-            client_writer.close()
-            server_writer.close()
-
-    relay = await asyncio.start_server(connection, "127.0.0.1", 0)
-    port = relay.sockets[0].getsockname()[1]
+    relay = await Relay(tls_port, one_way).start()
+    port = relay.port
     return FarRegion(http_thread.base_url("127.0.0.1", port, tls=True), cert, runner, relay,
                      directory)

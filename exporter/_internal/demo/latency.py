@@ -124,6 +124,17 @@ class Plan:
     """Answer with this HTTP error instead of a completion."""
     disconnect_after: int | None = None
     """Abort the connection after this many token events."""
+    truncated: bool = False
+    """The request's max_tokens cut the answer short (finish reason `length`)."""
+
+
+def limited(plan: Plan, max_tokens: int | None) -> Plan:
+    """The plan cut at the request's max_tokens (which counts reasoning tokens too)."""
+    if max_tokens is None or plan.reasoning_tokens + plan.answer_tokens <= max_tokens:
+        return plan
+    reasoning = min(plan.reasoning_tokens, max_tokens)
+    return replace(plan, reasoning_tokens=reasoning, answer_tokens=max_tokens - reasoning,
+                   truncated=True)
 
 
 @dataclass

@@ -12,6 +12,9 @@ the answer), `tool_call` (answer streamed as tool-call arguments when the reques
 `gap` (s between tokens), `stall_after` + `stall` (s added after that many tokens), `status`
 (answer with this HTTP error), `disconnect_after` (abort the TCP connection after that many
 tokens), `input_tokens`, `cached_tokens`. Token events count reasoning and answer together.
+A request's max_tokens (or max_completion_tokens, max_output_tokens) cuts any plan short, as a
+real provider stops at it; the OpenAI formats report the time from the request's arrival to
+the headers in `openai-processing-ms`.
 Unscripted requests take the tenant from `x-demo-tenant` and the prompt size from
 `x-demo-input-tokens` (default: prompt characters / 4).
 
@@ -39,7 +42,7 @@ from aiohttp import web
 from .. import http_thread
 from .far_region import FarRegion, start_far_region
 from .incidents import Knobs
-from .latency import LatencyModel, LatencySimulator, Plan
+from .latency import LatencyModel, LatencySimulator, Plan, limited
 from .wire_formats import Call, ChatCompletions, Messages, Responses, WireFormat, token_events
 
 SCRIPT_HEADER = "x-demo-script"
@@ -160,6 +163,7 @@ REGION_HEADER = "x-region"
 
 
 async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamResponse:
+    received = time.monotonic()
     try:
         body = await request.json()
         model = body["model"]
@@ -171,12 +175,14 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
                         else max(1, _prompt_chars(body) // 4))
         scripted = _read_script(request.headers.get(SCRIPT_HEADER), input_tokens,
                                 tools=tool_name is not None)
+        max_tokens = wire.max_tokens(body)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         return _error_response(wire, 400, f"bad request: {exc!r}")
 
     def call(plan: Plan) -> Call:
         return Call(model=model, stream=bool(body.get("stream")),
-                    include_usage=wire.include_usage(body), tool_name=tool_name, plan=plan)
+                    include_usage=wire.include_usage(body), tool_name=tool_name,
+                    plan=limited(plan, max_tokens), received=received)
 
     if scripted is not None:
         return await _respond(request, wire, call(scripted), paused_until=lambda: 0.0)
@@ -207,6 +213,9 @@ async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: C
                         close)
     wire = wire_type(call)
     headers = {wire.request_id_header: f"req_{wire.id}", REGION_HEADER: request.app[_REGION]}
+    if wire.processing_header:
+        spent = time.monotonic() - call.received
+        headers[wire.processing_header] = str(round(spent * 1000))
     response: web.StreamResponse | None = None
     if call.stream:
         response = _closing(web.StreamResponse(headers={

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import names, runtime
 from ..server import start_http_server
+from .agents import run_agents
 from .far_region import tls_available
 from .incidents import IncidentDay, Knobs
 from .loadgen import LoadGenerator, LoadShape
@@ -46,9 +47,10 @@ def run_demo(port: int = 9469, seconds: float = 0.0, config: str | None = None,
 async def _drive(provider: ProviderServer, seconds: float, shape: LoadShape,
                  day: IncidentDay | None) -> None:
     load = LoadGenerator(provider.base_url, shape, provider.knobs, provider.far)
+    stop = asyncio.Event()  # the agent workload's (agents.py), set with the load's
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, load.stop)
+        loop.add_signal_handler(sig, lambda: (load.stop(), stop.set()))
     state = runtime.state()
     table = TerminalTable(state.recorder, state.config.window.seconds)
 
@@ -60,9 +62,12 @@ async def _drive(provider: ProviderServer, seconds: float, shape: LoadShape,
     tasks = [asyncio.create_task(report())]
     if day is not None:
         tasks.append(asyncio.create_task(day.run()))
+    agents = asyncio.create_task(run_agents(provider.base_url, stop))
     try:
         await load.run(seconds or None)
     finally:
+        stop.set()
+        await agents
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

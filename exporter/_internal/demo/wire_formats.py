@@ -6,6 +6,10 @@ only says how that looks on the wire, so every API gives the same answer token f
 
 Usage follows each provider's convention: OpenAI's input counts include cached tokens,
 Anthropic's `input_tokens` excludes `cache_read_input_tokens`; output counts include reasoning.
+An answer cut at the request's output limit ends as each API says so: `finish_reason: length`,
+a `response.incomplete` with reason `max_output_tokens`, `stop_reason: max_tokens`. The OpenAI
+formats report the provider's own time before the headers in `openai-processing-ms`, as OpenAI
+does.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..names import PROCESSING_HEADER
 from .latency import Plan
 
 #: The chat completions' `system_fingerprint`: one fleet configuration behind both regions.
@@ -60,6 +65,8 @@ class Call:
     include_usage: bool
     tool_name: str | None
     plan: Plan
+    #: When the provider started on the request (time.monotonic()): its processing clock.
+    received: float = 0.0
 
 
 class WireFormat:
@@ -70,6 +77,10 @@ class WireFormat:
     """
 
     request_id_header: ClassVar[str] = "x-request-id"
+    #: Header reporting the provider's own processing time in ms (None: the API has none).
+    processing_header: ClassVar[str | None] = None
+    #: Request keys that may hold the output limit, in order of precedence.
+    max_tokens_keys: ClassVar[tuple[str, ...]] = ("max_tokens",)
 
     def __init__(self, call: Call) -> None:
         self.call = call
@@ -89,6 +100,14 @@ class WireFormat:
     @staticmethod
     def include_usage(body: dict[str, Any]) -> bool:
         return False
+
+    @classmethod
+    def max_tokens(cls, body: dict[str, Any]) -> int | None:
+        """The request's output limit, if it set one (ValueError when it is not a number)."""
+        for key in cls.max_tokens_keys:
+            if body.get(key) is not None:
+                return int(body[key])
+        return None
 
     @staticmethod
     def error_body(status: int, message: str) -> dict[str, Any]:
@@ -165,6 +184,9 @@ def _openai_error(status: int, message: str) -> dict[str, Any]:
 class ChatCompletions(WireFormat):
     """OpenAI Chat Completions: one `data:` chunk per token, then `[DONE]`."""
 
+    processing_header = PROCESSING_HEADER
+    max_tokens_keys = ("max_completion_tokens", "max_tokens")
+
     @staticmethod
     def tool_name(body: dict[str, Any]) -> str | None:
         tools = body.get("tools") or []
@@ -211,6 +233,8 @@ class ChatCompletions(WireFormat):
         return out + b"data: [DONE]\n\n"
 
     def _finish_reason(self) -> str:
+        if self.plan.truncated:
+            return "length"
         return "tool_calls" if self.plan.tool_call else "stop"
 
     def _usage(self) -> dict[str, Any]:
@@ -246,6 +270,8 @@ class Responses(WireFormat):
     """OpenAI Responses: typed, numbered events; one output item per block."""
 
     _ITEM_PREFIX: ClassVar[dict[str, str]] = {"reasoning": "rs", "content": "msg", "tool": "fc"}
+    processing_header = PROCESSING_HEADER
+    max_tokens_keys = ("max_output_tokens",)
 
     def __init__(self, call: Call) -> None:
         super().__init__(call)
@@ -284,11 +310,16 @@ class Responses(WireFormat):
                 "status": status, "content": content if done else []}
 
     def _response(self, output: list[dict[str, Any]], done: bool) -> dict[str, Any]:
+        status, details = "in_progress", None
+        if done:
+            status = "incomplete" if self.plan.truncated else "completed"
+            if self.plan.truncated:
+                details = {"reason": "max_output_tokens"}
         return {
             "id": f"resp_{self.id}", "object": "response", "created_at": self.created,
-            "status": "completed" if done else "in_progress", "model": self.call.model,
+            "status": status, "model": self.call.model,
             "output": output, "usage": self._usage() if done else None, "error": None,
-            "incomplete_details": None, "instructions": None, "metadata": {},
+            "incomplete_details": details, "instructions": None, "metadata": {},
             "parallel_tool_calls": True, "temperature": 1.0, "top_p": 1.0,
             "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
         }
@@ -356,7 +387,8 @@ class Responses(WireFormat):
         return out + self._emit("response.output_item.done", output_index=self.index, item=item)
 
     def _finish(self) -> bytes:
-        return self._emit("response.completed", response=self._response(self.done, done=True))
+        end = "response.incomplete" if self.plan.truncated else "response.completed"
+        return self._emit(end, response=self._response(self.done, done=True))
 
     def body(self) -> dict[str, Any]:
         return self._response([self._item(kind, done=True) for kind in self.kinds], done=True)
@@ -402,6 +434,8 @@ class Messages(WireFormat):
         return f"sig_{self.id}" if done else ""
 
     def _stop_reason(self) -> str:
+        if self.plan.truncated:
+            return "max_tokens"
         return "tool_use" if self.plan.tool_call else "end_turn"
 
     def _message(self, content: list[dict[str, Any]], done: bool) -> dict[str, Any]:

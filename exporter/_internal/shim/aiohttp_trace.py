@@ -9,7 +9,8 @@ The `Call` travels in `trace_request_ctx` (an object with a `timeline`, or a map
 "call" key). Stamps: `dispatched` when the request gets its connection (a new one starts, or an
 idle one is reused, after any pool wait), `connected` when a new connection is up (= dispatched
 on reuse: connect = 0), `sent` when the last request chunk (or the headers, for a body-less
-request) is written, `headers` when the response headers are read (`on_request_end`),
+request) is written, `headers` when the response headers are read (`on_request_end`; with
+them the provider's own processing time, `openai-processing-ms`, which gives the round trip),
 `first_byte` at the first response body chunk. Requests without a call are ignored.
 """
 
@@ -21,7 +22,9 @@ from typing import Any
 
 import aiohttp
 
+from ..names import PROCESSING_HEADER
 from ..runtime import count_drop
+from .httpx_trace import note_processing
 
 
 def _timeline(ctx: SimpleNamespace) -> Any:
@@ -79,7 +82,10 @@ async def _on_request_end(session: Any, ctx: SimpleNamespace, params: Any) -> No
     try:
         t = _timeline(ctx)
         if t is not None:
-            t.headers = perf_counter_ns()
+            t.headers = now = perf_counter_ns()
+            headers = getattr(params.response, "headers", None)
+            if headers is not None:
+                note_processing(t, now, headers.get(PROCESSING_HEADER))
     except Exception:
         count_drop()
 

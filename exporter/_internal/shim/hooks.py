@@ -36,6 +36,8 @@ _START: ContextVar[list | None] = ContextVar("ttft_exporter_start", default=None
 _CURRENT: ContextVar["SdkCall | None"] = ContextVar("ttft_exporter_current", default=None)
 #: Set by `uninstrument()`: hooks still installed (e.g. under a later patch) pass through.
 enabled = [False]
+#: Where a request body states its output limit (Chat, Responses, Anthropic Messages).
+_MAX_TOKENS_KEYS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
 class SDK:
@@ -64,6 +66,15 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
         endpoint, start, genai_provider(provider, sdk.name))
     call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
         isinstance(body, dict) and body.get("stream"))
+    if isinstance(body, dict):
+        for key in _MAX_TOKENS_KEYS:
+            limit = body.get(key)
+            if limit is not None:
+                call.max_tokens(limit)
+                break
+    task = call.task
+    if task is not None and task.sdk_timeout:
+        task.limit(options)
     return call
 
 
@@ -88,7 +99,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 finally:
                     _CURRENT.reset(token)
             token = _CURRENT.set(call)
-            span_token = call.activate()
+            span_token = call.activate() if call.span is not None else None
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
             except BaseException as exc:
@@ -96,7 +107,8 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
                 raise
             finally:
                 _CURRENT.reset(token)
-                call.deactivate(span_token)
+                if call.span is not None:
+                    call.deactivate(span_token)
             call.returned(result, bool(kwargs.get("stream")))
             return result
         return request
@@ -118,7 +130,7 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             finally:
                 _CURRENT.reset(token)
         token = _CURRENT.set(call)
-        span_token = call.activate()
+        span_token = call.activate() if call.span is not None else None
         try:
             result = original(self, cast_to, options, *args, **kwargs)
         except BaseException as exc:
@@ -126,7 +138,8 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             raise
         finally:
             _CURRENT.reset(token)
-            call.deactivate(span_token)
+            if call.span is not None:
+                call.deactivate(span_token)
         call.returned(result, bool(kwargs.get("stream")))
         return result
     return request

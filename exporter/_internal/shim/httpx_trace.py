@@ -10,7 +10,9 @@ are the same). There is no event for a connection-pool wait, so:
   new connection, `http11.send_request_headers.started` (or http2) on a reused one, where
   `connected` = `dispatched`, i.e. connect = 0;
 * `connected` = `connect_tcp` / `start_tls` complete (the last one: TLS, or TLS through a proxy);
-* `sent` = `send_request_body.complete`; `headers` = `receive_response_headers.complete`;
+* `sent` = `send_request_body.complete`; `headers` = `receive_response_headers.complete`,
+  whose headers also give the provider's own processing time (`openai-processing-ms`): the
+  rest of sent -> headers is the network round trip (`round_trip`, tasks.py);
 * `response_closed.started` tells the SDK patch that the response was closed.
 
 Only httpcore-based transports emit these; with any other transport no stamp is taken and the
@@ -26,6 +28,9 @@ from time import perf_counter_ns
 from typing import Any
 
 from .. import names
+from ..names import PROCESSING_HEADER
+
+_PROCESSING = PROCESSING_HEADER.encode("ascii")
 
 _DISPATCH, _CONNECTED, _SEND_START, _SENT, _HEADERS, _CLOSED = range(6)
 _STEPS = {
@@ -46,14 +51,17 @@ EVENTS = {f"{logger}.{step}": code
           for step, code in _STEPS.items()}
 
 
-def stamp(t: Any, name: str) -> bool:
-    """Stamp the timeline `t` for the trace event `name`; True when the response was closed."""
+def stamp(t: Any, name: str, info: Any = None) -> bool:
+    """Stamp the timeline `t` for the trace event `name` (whose `info` carries the response
+    headers once they are read); True when the response was closed."""
     code = EVENTS.get(name)
     if code is None:
         return False
     now = perf_counter_ns()
     if code == _HEADERS:
         t.headers = now
+        if info is not None:
+            note_processing(t, now, _processing_ms(info))
     elif code == _SENT:
         t.sent = now
     elif code == _SEND_START:
@@ -69,6 +77,31 @@ def stamp(t: Any, name: str) -> bool:
     else:
         return True
     return False
+
+
+def _processing_ms(info: Any) -> Any:
+    """`openai-processing-ms` from a `receive_response_headers.complete` event, or None."""
+    try:
+        headers = info["return_value"][3]
+    except (KeyError, IndexError, TypeError):
+        return None
+    for key, value in headers:
+        if key.lower() == _PROCESSING:
+            return value
+    return None
+
+
+def note_processing(t: Any, headers_at: int, value: Any) -> None:
+    """The round trip in the server phase: sent -> headers less the provider's own processing
+    time (milliseconds, as `openai-processing-ms` says it), when both are known."""
+    if value is None or t.sent is None:
+        return
+    try:
+        processing = int(float(value) * 1_000_000)
+    except (TypeError, ValueError):
+        return
+    if processing >= 0:
+        t.round_trip = max(0, headers_at - t.sent - processing)
 
 
 class _Chain:
@@ -146,7 +179,7 @@ class _CallTrace:
 
     def __call__(self, name: str, info: dict) -> None:
         try:
-            stamp(self.timeline, name)
+            stamp(self.timeline, name, info)
         except Exception:
             pass
 
@@ -156,7 +189,7 @@ class _AsyncCallTrace(_CallTrace):
 
     async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
         try:
-            stamp(self.timeline, name)
+            stamp(self.timeline, name, info)
         except Exception:
             pass
 

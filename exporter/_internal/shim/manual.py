@@ -17,7 +17,8 @@ from typing import Any, MutableMapping
 
 from .. import names, otel, runtime
 from ..timeline import CallTimeline, derive, outcome_of
-from . import context
+from . import context, deadline
+from .task import Task, current as current_task
 
 _GENAI_METRICS = otel.GenAIMetrics()
 
@@ -26,11 +27,11 @@ class Call:
     """One tracked call. Methods are cheap and safe to call in any order, any number of times."""
 
     __slots__ = ("timeline", "span", "span_attributes", "genai_provider", "requested_model",
-                 "_state", "_in_flight", "_finished")
+                 "task", "_state", "_in_flight", "_finished", "_attributes")
 
     def __init__(self, model: str, provider: str, route: str | None, tenant: str | None,
                  start: int | None = None, genai_provider: str | None = None):
-        labels = context.current()
+        labels = context._current.get()  # (context.current(), without the call)
         #: `gen_ai.provider.name` (the SDK patch passes a well-known value or the SDK's API).
         self.genai_provider = genai_provider or provider
         self.requested_model = model
@@ -41,6 +42,8 @@ class Call:
         self._state = state = runtime.state()
         self._in_flight = state.recorder.started(model, provider, t.route)
         self._finished = False
+        #: The agent task this call is a step of (shim/task.py), if any.
+        self.task: Task | None = current_task()
         #: Extra attributes a client knows (server.address and .port, gen_ai.request.stream,
         #: gen_ai.response.id and .finish_reasons).
         self.span_attributes: dict[str, Any] = {}
@@ -51,6 +54,9 @@ class Call:
                 self.span = otel.CallSpan(t, provider=self.genai_provider)
             except Exception:  # the app's tracer provider failed: measure without a span
                 self.count_drop()
+        #: Whether anything reads `span_attributes` (the span, the GenAI metrics): when not,
+        #: the per-call work of filling them is skipped.
+        self._attributes = self.span is not None or state.config.otel.metrics
 
     def activate(self) -> object | None:
         """Make the call's span current while the client sends it (an SDK's own spans nest)."""
@@ -61,9 +67,15 @@ class Call:
             self.span.deactivate(token)
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
-        """Add the call's trace context (`traceparent`) to an outgoing request's headers."""
-        if self.span is not None and self._state.config.otel.propagate:
+        """Add the call's trace context (`traceparent`) and the deadline in force
+        (`ttft-deadline-ms`, deadline.py) to an outgoing request's headers."""
+        if not self._state.config.otel.propagate:
+            return
+        if self.span is not None:
             self.span.inject(headers)
+        found = deadline.current()
+        if found is not None:
+            headers[deadline.HEADER] = deadline.header_value(found)
 
     def dispatched(self) -> None:
         """The request left client-side queueing (pool wait, semaphore) for the connection."""
@@ -90,17 +102,33 @@ class Call:
 
     def usage(self, input: int | None = None, output: int | None = None,
               cached: int | None = None, model: str | None = None,
-              reasoning: int | None = None) -> None:
+              reasoning: int | None = None, finish_reason: str | None = None) -> None:
         """Token counts from the provider's usage (`reasoning`: the output tokens spent on
-        reasoning), and the response model when it differs."""
+        reasoning), the response model when it differs, and the provider's stop reason
+        (`stop`, `length`, `end_turn`, `max_tokens`, ...; as `response(finish_reason=...)`)."""
         t = self.timeline
-        for attr, value in (("input_tokens", input), ("output_tokens", output),
-                            ("cached_input_tokens", cached),
-                            ("reasoning_output_tokens", reasoning)):
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                setattr(t, attr, value)
+        # Each value: an int (not a bool), not negative. Written out: once per call.
+        if (input.__class__ is int or isinstance(input, int) and input.__class__ is not bool) \
+                and input >= 0:  # type: ignore[operator]
+            t.input_tokens = input
+        if (output.__class__ is int or isinstance(output, int) and output.__class__ is not bool
+                ) and output >= 0:  # type: ignore[operator]
+            t.output_tokens = output
+        if (cached.__class__ is int or isinstance(cached, int) and cached.__class__ is not bool
+                ) and cached >= 0:  # type: ignore[operator]
+            t.cached_input_tokens = cached
+        if (reasoning.__class__ is int or isinstance(reasoning, int)
+                and reasoning.__class__ is not bool) and reasoning >= 0:  # type: ignore[operator]
+            t.reasoning_output_tokens = reasoning
         if model:
             t.model = model
+        if finish_reason is not None:
+            self.response(finish_reason=finish_reason)
+
+    def max_tokens(self, limit: int) -> None:
+        """The request's max_tokens, for the headroom metrics (the SDK patch reads it)."""
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+            self.timeline.max_tokens = limit
 
     def upstream(self, address: str | None = None, region: str | None = None,
                  fingerprint: str | None = None) -> None:
@@ -113,10 +141,15 @@ class Call:
                 setattr(t, attr, value)
 
     def response(self, id: str | None = None, finish_reason: str | None = None) -> None:
-        """The response's id and (once per choice) why the model stopped, for the span."""
-        if isinstance(id, str) and id:
+        """The response's id and (once per choice) why the model stopped, for the span; the
+        first choice's reason is the call's (the finish-reason counter, truncation rate)."""
+        if isinstance(id, str) and id and self._attributes:
             self.span_attributes[names.ATTR_RESPONSE_ID] = id
         if isinstance(finish_reason, str) and finish_reason:
+            if self.timeline.finish_reason is None:
+                self.timeline.finish_reason = finish_reason
+            if not self._attributes:
+                return  # no span, no GenAI metrics: nothing reads the attributes
             reasons = self.span_attributes.setdefault(names.ATTR_FINISH_REASONS, [])
             if len(reasons) < 16:
                 reasons.append(finish_reason)
@@ -144,6 +177,8 @@ class Call:
             if self._state.config.otel.metrics:
                 _GENAI_METRICS.record(t, derived, self.genai_provider, self.requested_model,
                                       self.span_attributes)
+            if self.task is not None:
+                self.task.add_step(t, derived)
         except Exception:
             self.count_drop()
         finally:

@@ -11,7 +11,9 @@
   pass. A request whose route is not known by then gets no route label.
 
 The tenant comes from a configurable header (default `x-tenant`; a missing or empty header sets
-none). Values still go through the label guard (allow-list, hashing, `max_tenants`).
+none). Values still go through the label guard (allow-list, hashing, `max_tenants`). A request
+carrying `ttft-deadline-ms` (sent by an upstream service's task, deadline.py) puts that deadline
+in force for its handler: `exporter.remaining()` reads it and tasks inherit it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Awaitable, Callable
 
 from .. import names
-from . import context
+from . import context, deadline
 from .context import labels
 
 DEFAULT_TENANT_HEADER = "x-tenant"
+_DEADLINE_HEADER = deadline.HEADER.encode("latin-1")
 
 
 # --- aiohttp --------------------------------------------------------------------------------------
@@ -34,19 +37,28 @@ def aiohttp_middleware(tenant_header: str | None = DEFAULT_TENANT_HEADER) -> Any
     @web.middleware
     async def ttft_exporter_labels(request: web.Request, handler: Callable[..., Awaitable[Any]]
                                    ) -> Any:
-        route = tenant = None
+        route = tenant = inbound = None
         try:
             resource = request.match_info.route.resource
             if resource is not None:
                 route = resource.canonical or None
             if tenant_header:
                 tenant = request.headers.get(tenant_header) or None
+            sent = request.headers.get(deadline.HEADER)
+            if sent is not None:
+                inbound = deadline.parse(sent)
         except Exception:
             pass
-        if route is None and tenant is None:
+        if route is None and tenant is None and inbound is None:
             return await handler(request)
-        with labels(route=route, tenant=tenant):
-            return await handler(request)
+        token = deadline.enter(inbound) if inbound is not None else None
+        try:
+            if route is None and tenant is None:
+                return await handler(request)
+            with labels(route=route, tenant=tenant):
+                return await handler(request)
+        finally:
+            deadline.leave(token)
 
     return ttft_exporter_labels
 
@@ -122,21 +134,25 @@ class ASGIMiddleware:
         if scope.get("type") not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        token = None
+        token = deadline_token = None
         try:
-            tenant = None
-            if self.tenant_header is not None:
-                for key, value in scope.get("headers") or ():
-                    if key.lower() == self.tenant_header:
-                        tenant = value.decode("latin-1") or None
-                        break
+            tenant = inbound = None
+            for key, value in scope.get("headers") or ():
+                key = key.lower()
+                if key == self.tenant_header and tenant is None:
+                    tenant = value.decode("latin-1") or None
+                elif key == _DEADLINE_HEADER:
+                    inbound = deadline.parse(value)
             token = context._current.set(
                 _LazyLabels(context.current(), tenant, scope, self.route_of))
+            if inbound is not None:
+                deadline_token = deadline.enter(inbound)
         except Exception:
-            token = None
+            pass
         try:
             await self.app(scope, receive, send)
         finally:
+            deadline.leave(deadline_token)
             if token is not None:
                 try:
                     context._current.reset(token)

@@ -72,6 +72,26 @@ def _chat_other(choices: Any, call: SdkCall | None = None) -> str | None:
 def chat_usage(obj: Any, call: SdkCall) -> None:
     """Usage, model and id of a ChatCompletion, the last chunk of a stream, or a JSON body
     (whose choices also say why each one stopped; a stream's were seen chunk by chunk)."""
+    usage = None if obj is None or isinstance(obj, dict) else getattr(obj, "usage", None)
+    if obj is not None and not isinstance(obj, dict) and not isinstance(usage, dict):
+        # The SDK's objects (every call but `with_raw_response`): their declared fields read
+        # directly, no `field()` call per value (this runs once per call, ~2 µs less).
+        if usage is not None:
+            call.usage(input=getattr(usage, "prompt_tokens", None),
+                       output=getattr(usage, "completion_tokens", None),
+                       cached=field(getattr(usage, "prompt_tokens_details", None),
+                                    "cached_tokens"),
+                       reasoning=field(getattr(usage, "completion_tokens_details", None),
+                                       "reasoning_tokens"),
+                       model=getattr(obj, "model", None))
+        else:
+            call.usage(model=getattr(obj, "model", None))
+        if call._attributes:  # only the span and the GenAI metrics read the id
+            call.response(id=getattr(obj, "id", None))
+        if not call.streaming:
+            for choice in getattr(obj, "choices", None) or ():
+                call.response(finish_reason=getattr(choice, "finish_reason", None))
+        return
     usage = field(obj, "usage")
     call.usage(input=field(usage, "prompt_tokens"), output=field(usage, "completion_tokens"),
                cached=field(usage, "prompt_tokens_details", "cached_tokens"),
