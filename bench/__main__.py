@@ -19,6 +19,7 @@ SECTIONS = [
     ("bench.shim_overhead", "SDK patch overhead (issue #3) and tracing (issue #6)"),
     ("bench.push", "Multi-process push and aggregator (issue #5)"),
     ("bench.native", "Native histograms over protobuf (issue #13)"),
+    ("bench.diagnose", "diagnose on the incident day (issue #14)"),
     ("bench.tasks", "Agent tasks: tool, guardrail and task cost (issue #15)"),
 ]
 

@@ -1,4 +1,4 @@
-"""`ttft-exporter` command line: serve, demo, generate, check-config.
+"""`ttft-exporter` command line: serve, demo, generate, diagnose, check-config.
 
 User mistakes (a bad config, a busy port) print one clear line per problem and exit 2; a
 traceback means a bug in the exporter.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from ._internal import runtime
@@ -46,6 +47,35 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(port=args.port, seconds=args.seconds, config=args.config,
                     incidents=not args.no_incidents, calm_seconds=args.calm_seconds,
                     phase_seconds=args.phase_seconds)
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    import json
+
+    from dataclasses import replace
+
+    from ._internal.causes import DEFAULT
+    from ._internal.diagnose import (DiagnoseError, Prometheus, Request, diagnose,
+                                     parse_duration, parse_time, table)
+
+    try:
+        at = parse_time(args.at) if args.at else time.time()
+        req = Request(at=at, since=parse_duration(args.since),
+                      baseline=parse_duration(args.baseline),
+                      baseline_at=parse_time(args.baseline_at) if args.baseline_at else None,
+                      model=args.model, route=args.route)
+        if args.min_calls < 1:
+            raise DiagnoseError(f"--min-calls must be at least 1, got {args.min_calls}")
+        findings = diagnose(Prometheus(args.prometheus, timeout=args.timeout), req,
+                            replace(DEFAULT, min_calls=args.min_calls))
+    except DiagnoseError as e:
+        print(f"ttft-exporter diagnose: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([f.as_json() for f in findings], indent=2))
+    else:
+        print(table(findings, req))
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -100,6 +130,27 @@ def build_parser() -> argparse.ArgumentParser:
                                     "histograms at the top and native ones under native/)")
     p.add_argument("--out", default=".", help="directory holding dashboards/ and alerts/")
     p.set_defaults(func=_generate)
+    p = sub.add_parser("diagnose", help="name the likely cause of a TTFT rise per model and "
+                                        "route, from Prometheus (docs/diagnose.md)")
+    p.add_argument("--prometheus", required=True, metavar="URL",
+                   help="Prometheus' base URL, e.g. http://prometheus:9090")
+    p.add_argument("--since", default="15m", metavar="DURATION",
+                   help="the window diagnosed, ending now (default 15m)")
+    p.add_argument("--baseline", default="1h", metavar="DURATION",
+                   help="the window compared with, ending where --since starts (default 1h)")
+    p.add_argument("--model", help="only this model")
+    p.add_argument("--route", help="only this route")
+    p.add_argument("--json", action="store_true", help="a JSON array of findings")
+    p.add_argument("--at", metavar="TIME",
+                   help="end of the diagnosed window instead of now (unix seconds or RFC 3339)")
+    p.add_argument("--baseline-at", metavar="TIME",
+                   help="end of the baseline window (default: where the diagnosed one starts)")
+    p.add_argument("--min-calls", type=int, default=20,
+                   help="calls a model and route needs in each window (default 20, as "
+                        "alerting.min_calls)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds per Prometheus query (default 10)")
+    p.set_defaults(func=_diagnose)
     p = sub.add_parser("check-config", help="validate a config file; exit 2 on any error")
     p.add_argument("file")
     p.set_defaults(func=_check_config)

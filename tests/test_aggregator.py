@@ -43,6 +43,7 @@ def call(rec: Recorder, ttft_us: int, tenant: str = "t", model: str = "m",
     t.end = ttft_us * 1000 + 3_000_000
     t.outcome = outcome
     t.input_tokens, t.output_tokens, t.cached_input_tokens = 1000 + ttft_us % 7, 3, 512
+    t.upstream_address, t.upstream_region = f"10.0.0.{ttft_us % 3}:443", "eu"
     rec.record_call(t)
 
 
@@ -152,6 +153,30 @@ def test_tenants_are_capped_again_over_the_union_of_workers():
     assert counters.folds == {("m", "r"): 3}
     ttft = target.families[names.TTFT.name]
     assert {s.values[3] for s in ttft.series.values()} == tenants
+
+
+def test_upstreams_are_capped_again_over_the_union_of_workers():
+    config = load({"labels": {"max_upstreams": 2}})
+    target = Recorder(config)
+    agg = Aggregator(config, target)
+    ttfts = []
+    for w in range(3):  # per worker: 10.0.0.0 (call()), 10.1.w.0, and 10.1.w.1 folded by it
+        rec = Recorder(config)
+        for i in range(2):
+            ttfts.append(3 * (2 * w + i + 1))  # a multiple of 3: address 10.0.0.0, region eu
+            call(rec, ttfts[-1], tenant="t")
+            rec.record_call(CallTimeline(start=0, model="m", provider="p", route="r",
+                                         tenant="t", upstream_address=f"10.1.{w}.{i}:443",
+                                         outcome="ok", end=1))
+        agg.accept(body_of(rec, f"w{w}"))
+    counters = target.counters()
+    addresses = {key[0] for key in counters.upstreams}
+    assert addresses == {"10.0.0.0:443", "10.1.0.0:443", names.OTHER_TENANT}, addresses
+    assert sum(counters.upstreams.values()) == 12
+    # 3 folded by the workers, then 10.1.1.0 and 10.1.2.0 by the aggregator
+    assert counters.label_folds[names.FOLD_UPSTREAM] == 5
+    assert sum(counters.input_tokens.values()) == sum(1000 + v % 7 for v in ttfts)
+    assert sum(counters.cached_tokens.values()) == 512 * len(ttfts)
 
 
 # --- rejects --------------------------------------------------------------------------------

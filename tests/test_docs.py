@@ -15,6 +15,7 @@ def defined_names() -> set[str]:
     out |= {names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT, names.SELF_SERIES,
             names.SELF_TENANT_FOLDS, names.SELF_LABEL_FOLDS, names.SELF_DROPS,
             names.SELF_SCRAPE_DURATION, names.SELF_HTTP_CLOSED}
+    out |= {names.USAGE_INPUT_TOKENS, names.USAGE_CACHED_INPUT_TOKENS, names.UPSTREAM_REQUESTS}
     out |= set(names.AGGREGATOR_SELF_METRICS)
     out |= {counter.name for counter in names.COUNTERS}
     out |= {names.slo_calls_name(f) for f in names.SLO_FAMILIES.values()}

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from exporter._internal.config_loader import load
-from exporter._internal.generate import generate
+from exporter._internal.generate import RULE_FILES, generate
 from tests.support import require_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,7 +201,9 @@ def test_operator_resources_need_their_crds(chart):
     monitor_only = render(chart, values, api_versions=OPERATOR_APIS[:2])
     assert by_kind(monitor_only, "ServiceMonitor") and not by_kind(monitor_only, "PrometheusRule")
     both = render(chart, values)
-    assert by_kind(both, "ServiceMonitor") and len(by_kind(both, "PrometheusRule")) == 2
+    # one per rule file: recording, alerting and likely-cause rules
+    assert by_kind(both, "ServiceMonitor") and len(by_kind(both, "PrometheusRule")) == len(
+        RULE_FILES) == 3
 
 
 def test_notes_give_commands_that_work(chart):

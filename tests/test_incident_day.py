@@ -25,7 +25,7 @@ from exporter._internal import config_loader, names, runtime
 from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.incidents import INCIDENTS, IncidentDay
 from exporter._internal.demo.latency import LatencyModel
-from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
+from exporter._internal.generate import RULE_FILES, generate
 from exporter._internal.panels import TOP
 from tests.support import skip_or_fail
 from tests.support.demo_load import DemoLoad
@@ -67,7 +67,7 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cfg = config_loader.load(CONFIG)
     runtime.configure(cfg)
     generate(cfg, out)
-    rules = [out / "alerts" / name for name in (RECORDING_FILE, ALERTING_FILE)]
+    rules = [out / "alerts" / name for name in RULE_FILES]
     log: list[str] = []
     # Answers a third as long: the SDKs' per-chunk parsing is what costs CPU on a shared box.
     with DemoLoad(rate=10.0, far_region=True, model=LatencyModel.default().shorter(0.3)) as demo:

@@ -364,11 +364,13 @@ def test_payload_is_compressed_json_with_the_documented_fields():
     assert set(doc) == {"format", "version", "worker", "seq", "interval", "final", "layouts",
                         "labels", "histograms", "straddles", "exemplars", "requests",
                         "in_flight", "tenant_folds", "label_folds", "counters", "dropped",
-                        "lost_batches", "push_failures"}
+                        "lost_batches", "push_failures", "input_tokens", "cached_tokens",
+                        "upstreams"}
     ref, counts, count, total = doc["histograms"][names.TTFT.name]
     assert doc["labels"][ref] == ["m", "p", "r", "t"] and count == 1 and total == 1500
     assert doc["exemplars"][names.TTFT.name][0][2] == "abc"
     assert doc["requests"] == [["m", "ok", "p", "r", "t", 1]]
+    assert doc["input_tokens"] == [["m", "p", "r", "t", 100]] and doc["cached_tokens"] == []
 
 
 def test_token_is_sent_from_file_or_env(tmp_path, monkeypatch):

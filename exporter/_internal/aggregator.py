@@ -316,6 +316,9 @@ class Aggregator:
         delta.requests = counters.requests  # type: ignore[assignment]
         delta.tenant_folds = counters.folds  # type: ignore[assignment]
         delta.dropped = counters.drops
+        delta.input_tokens = counters.input_tokens  # type: ignore[assignment]
+        delta.cached_tokens = counters.cached_tokens  # type: ignore[assignment]
+        delta.upstreams = counters.upstreams  # type: ignore[assignment]
         delta.counters = counters.counts  # type: ignore[assignment]
         doc = wire.payload(delta, rec.schema.layouts())
         doc["applied"] = [[worker, seqs.floor, sorted(seqs.above)]

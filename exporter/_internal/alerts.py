@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import names
+from .cause_rules import cause_alerts, decision_records, signal_records
 from .config import AlertingConfig, Config
 from .promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
                      PERIOD_BUDGET_REMAINING, PERIOD_BURN_RATE, REGRESSION_WINDOW, SLI_WINDOWS,
@@ -193,6 +194,20 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
         {"name": "ttft-exporter-alerts-latency", "rules": _latency_alerts(config, w)},
         {"name": "ttft-exporter-alerts-tasks", "rules": _task_alerts(config, w)},
         {"name": "ttft-exporter-alerts-self", "rules": _exporter_alerts(config, w)},
+    ]
+
+
+def cause_rules(config: Config) -> list[dict[str, Any]]:
+    """The likely-cause groups (cause_rules.py): the signals and the decision recorded, then
+    `LLMTTFTLikelyCause`. A rule file of their own (generate.CAUSE_FILE): they read only the
+    exporter's series and their own recordings, and Prometheus (promtool too) evaluates every
+    loaded group at every step, which the week-long unit tests of the other rules need not pay
+    for."""
+    return [
+        # Signals first, then the decision that reads them (a group runs in order).
+        {"name": "ttft-exporter-records-cause",
+         "rules": [*signal_records(config), *decision_records(config)]},
+        {"name": "ttft-exporter-alerts-cause", "rules": cause_alerts(config, _alert)},
     ]
 
 
@@ -434,10 +449,16 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
     return rules
 
 
+def alert_groups(config: Config) -> list[dict[str, Any]]:
+    """Every alerting group, in every rule file: alerting_rules, then cause_rules' alerts."""
+    return [*alerting_rules(config),
+            *(group for group in cause_rules(config) if "alert" in group["rules"][0])]
+
+
 def alert_names(config: Config) -> list[str]:
     """Every alert name the rules define, in order (for docs and tests)."""
     out: list[str] = []
-    for group in alerting_rules(config):
+    for group in alert_groups(config):
         for rule in group["rules"]:
             if rule["alert"] not in out:
                 out.append(rule["alert"])

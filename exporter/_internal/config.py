@@ -67,6 +67,8 @@ class LabelConfig:
     max_models: int = 100  # distinct models; the rest fold into __other__
     max_routes: int = 200  # distinct routes; the rest fold into __other__
     max_providers: int = 32  # distinct providers; the rest fold into __other__
+    #: distinct upstreams (address, region, fingerprint) per model; the rest fold into __other__
+    max_upstreams: int = 16
     max_tasks: int = 100  # distinct agent task names; the rest fold into __other__
     max_label_length: int = 128
     #: Families that carry ``tenant`` besides the user-facing ones (names.Family.tenant_by_default).

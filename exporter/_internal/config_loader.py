@@ -259,7 +259,7 @@ def _check(config: Config, e: _Report) -> None:
     e.check(lab.tenant_policy not in ("raw", "hash", "allowlist"), "labels.tenant_policy",
             f"must be one of raw, hash, allowlist; got {_short(lab.tenant_policy)}")
     for key in ("max_tenants", "max_series", "max_models", "max_routes", "max_providers",
-                "max_tasks"):
+                "max_upstreams", "max_tasks"):
         e.check(getattr(lab, key) < 1, f"labels.{key}", "must be at least 1")
     e.check(lab.max_label_length < 8, "labels.max_label_length", "must be at least 8")
     for i, name in enumerate(lab.tenant_families):

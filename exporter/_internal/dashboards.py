@@ -19,6 +19,7 @@ from grafanalib import core
 
 from . import names, promql
 from .config import Config
+from .cause_panels import why_row
 from .grafana import SCHEMA_VERSION, Dashboard, Row, Variable, step
 from .panels import (RATE, TOP, Queries, bargauge, heatmap, layout, rate, stat, sum_by,
                      target, timeseries, top)
@@ -116,6 +117,7 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
                     [target(q.burn("ttft", 3600, 5), "1h " + MR_LEGEND),
                      target(q.burn("ttft", 21600, 5), "6h " + MR_LEGEND)], "x",
                     q.runbook(TTFT_FAST), thresholds=burn_steps), 24),
+        *why_row(q),
         (Row(title="Latency of the selection"), 24),
         (timeseries("TTFT p50 / p90 / p99",
                     "Time from the SDK call to the first output token of any kind, over every "

@@ -31,6 +31,12 @@ _SELF_HELP = {
                             "(slow).",
 }
 REQUESTS_HELP = "LLM calls by outcome (ok, error, cancelled, timeout, abandoned)."
+USAGE_HELP = {
+    names.USAGE_INPUT_TOKENS: "Input tokens of the calls, from the provider's usage.",
+    names.USAGE_CACHED_INPUT_TOKENS: "Input tokens the provider served from its prompt cache.",
+}
+UPSTREAM_HELP = ("LLM calls by the upstream that answered: resolved address, region header, "
+                 "system fingerprint (unknown where not seen).")
 IN_FLIGHT_HELP = "LLM calls started and not yet ended."
 
 
@@ -51,8 +57,11 @@ def window_quantiles(rec: Recorder, state: FamilyState, series: Series, current_
 
 
 def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
-    """Requests, in-flight calls, the counters of names.COUNTERS and the self-metrics."""
-    requests, in_flight, drops, folds, series_count, label_folds, counts = rec.counters()
+    """Requests, in-flight calls, usage per tenant, upstreams, the counters of names.COUNTERS
+    and the exporter's self-metrics."""
+    counters = rec.counters()
+    requests, in_flight, drops, folds = (counters.requests, counters.in_flight, counters.drops,
+                                         counters.folds)
     req = CounterMetricFamily(names.REQUESTS_TOTAL, REQUESTS_HELP,
                               labels=[names.MODEL, names.OUTCOME, names.PROVIDER, names.ROUTE,
                                       names.TENANT])
@@ -62,8 +71,19 @@ def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
                                labels=[names.MODEL, names.PROVIDER, names.ROUTE])
     for key, value in in_flight.items():
         flight.add_metric(list(key), value)
+    usage = []
+    for name, rows in ((names.USAGE_INPUT_TOKENS, counters.input_tokens),
+                       (names.USAGE_CACHED_INPUT_TOKENS, counters.cached_tokens)):
+        family = CounterMetricFamily(name, USAGE_HELP[name], labels=list(names.USAGE_LABELS))
+        for key, value in rows.items():
+            family.add_metric(list(key), value)
+        usage.append(family)
+    upstream = CounterMetricFamily(names.UPSTREAM_REQUESTS, UPSTREAM_HELP,
+                                   labels=list(names.UPSTREAM_LABELS))
+    for key, value in counters.upstreams.items():
+        upstream.add_metric(list(key), value)
     series = GaugeMetricFamily(names.SELF_SERIES, _SELF_HELP[names.SELF_SERIES],
-                               value=series_count)
+                               value=counters.series)
     fold = CounterMetricFamily(names.SELF_TENANT_FOLDS, _SELF_HELP[names.SELF_TENANT_FOLDS],
                                labels=[names.MODEL, names.ROUTE])
     for key, value in folds.items():
@@ -71,7 +91,7 @@ def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
     label_fold = CounterMetricFamily(names.SELF_LABEL_FOLDS, _SELF_HELP[names.SELF_LABEL_FOLDS],
                                      labels=[names.LABEL])
     for label in names.LABEL_FOLDS:
-        label_fold.add_metric([label], label_folds.get(label, 0))
+        label_fold.add_metric([label], counters.label_folds.get(label, 0))
     drop = CounterMetricFamily(names.SELF_DROPS, _SELF_HELP[names.SELF_DROPS],
                                labels=[names.REASON])
     for reason, value in drops.items():
@@ -82,10 +102,10 @@ def counter_families(rec: Recorder, scrape_seconds: float) -> list[Metric]:
                                  labels=[names.REASON])
     for reason in connection_guard.REASONS:
         closed.add_metric([reason], connection_guard.CLOSED[reason])
-    out = [req, flight]
+    out = [req, flight, *usage, upstream]
     for counter in names.COUNTERS:
         family = CounterMetricFamily(counter.name, counter.help, labels=list(counter.labels))
-        for key, value in counts[counter.name].items():
+        for key, value in counters.counts[counter.name].items():
             family.add_metric(list(key), value)
         out.append(family)
     return out + [series, fold, label_fold, drop, scrape, closed]

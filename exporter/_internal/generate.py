@@ -35,6 +35,12 @@ CHART_FILES = Path("helm", "ttft-exporter", "files")
 NATIVE_DIR = "native"
 RECORDING_FILE = "recording_rules.yaml"
 ALERTING_FILE = "alerting_rules.yaml"
+#: The likely-cause groups (alerts.cause_rules), recordings and alert, in a file of their own:
+#: Prometheus evaluates every loaded group at every step, and the promtool tests of the other
+#: rules (week-long, some) need not load these. Deployed, all three files are loaded.
+CAUSE_FILE = "cause_rules.yaml"
+#: Every rule file generate writes into alerts/ (and alerts/native/).
+RULE_FILES = (RECORDING_FILE, ALERTING_FILE, CAUSE_FILE)
 #: In the chart: what of the config the generated files depend on (the chart compares it with
 #: its values' `config`). The exporter's job is left out: the chart sets it to its own.
 GENERATED_CONFIG = "generated-config.yaml"
@@ -98,6 +104,7 @@ def _files(config: Config, subdir: str = "") -> dict[Path, str]:
     files: dict[Path, str] = {
         Path("alerts", subdir, RECORDING_FILE): rules_yaml(alerts.recording_rules(config)),
         Path("alerts", subdir, ALERTING_FILE): rules_yaml(alerts.alerting_rules(config)),
+        Path("alerts", subdir, CAUSE_FILE): rules_yaml(alerts.cause_rules(config)),
     }
     boards = {**dashboards.dashboards(config), dashboards.AGENTS.uid: agent_dashboard(config)}
     for uid, dashboard in boards.items():

@@ -7,7 +7,9 @@ values; a provider controls `model` through its response, a service's routes and
 own), the rest fold into `__other__`. Tenant values come from request headers, i.e. from
 outside: they are kept raw, hashed or allow-listed, each (model, route) holds at most
 `max_tenants` of them and all tenant sets together at most `max_series` values; the rest fold
-into `__other__`. Every fold is counted
+into `__other__`. Each model keeps at most `max_upstreams` upstream identities (address, region,
+fingerprint; the rest fold into `__other__`), so a provider rotating addresses or fingerprints
+cannot grow the exporter either. Every fold is counted
 (`folds` per (model, route) for tenants, `label_folds` per label otherwise), so dashboards and
 alerts can show how much traffic lost a label. Not thread-safe: the recorder's lock covers it.
 """
@@ -33,6 +35,7 @@ class LabelGuard:
                       names.PROVIDER: config.max_providers, names.TASK: config.max_tasks}
         self._seen: dict[str, set[str]] = {label: set() for label in CAPPED}
         self._tenants: dict[tuple[str, str], set[str]] = {}
+        self._upstreams: dict[str, set[tuple[str, str, str]]] = {}
         self._tenant_values = 0  # in all of _tenants' sets
         self._hashed: dict[str, str] = {}
         #: Values already found clean (a set lookup instead of the checks, every call).
@@ -116,6 +119,28 @@ class LabelGuard:
         seen.add(value)
         self._tenant_values += 1
         return value
+
+    def upstream(self, model: str, address: object, region: object, fingerprint: object,
+                 count: int = 1) -> tuple[str, str, str]:
+        """The clean (address, region, fingerprint) of an upstream `model` reached, or all three
+        `__other__` past `max_upstreams` identities of that model (a fold adds `count` calls to
+        `label_folds["upstream"]`)."""
+        identity = (self.clean(address, count > 0), self.clean(region, count > 0),
+                    self.clean(fingerprint, count > 0))
+        if identity == (names.OTHER_TENANT,) * 3:  # folded already (by a worker's guard)
+            return identity
+        seen = self._upstreams.get(model)
+        if seen is None:
+            seen = self._upstreams[model] = set()
+        if identity in seen:
+            return identity
+        if len(seen) < self.config.max_upstreams:
+            seen.add(identity)
+            return identity
+        if count:
+            folds = self.label_folds
+            folds[names.FOLD_UPSTREAM] = folds.get(names.FOLD_UPSTREAM, 0) + count
+        return (names.OTHER_TENANT,) * 3  # type: ignore[return-value]
 
     def _fold(self, model: str, route: str, count: int) -> str:
         if count:

@@ -19,6 +19,10 @@ OUTCOME = "outcome"
 QUANTILE = "quantile"
 REASON = "reason"
 LABEL = "label"
+#: The upstream a call reached (UPSTREAM_REQUESTS): resolved address, region, fingerprint.
+ADDRESS = "address"
+REGION = "region"
+FINGERPRINT = "fingerprint"
 TASK = "task"
 KIND = "kind"
 DEADLINE = "deadline"
@@ -31,7 +35,9 @@ OTHER_TENANT = "__other__"
 #: `label` of SELF_LABEL_FOLDS for a whole label set folded because its family reached
 #: ``max_series`` rows.
 FOLD_SERIES = "series"
-LABEL_FOLDS: tuple[str, ...] = (MODEL, ROUTE, PROVIDER, TASK, FOLD_SERIES)
+#: `label` of SELF_LABEL_FOLDS for an upstream identity folded past ``labels.max_upstreams``.
+FOLD_UPSTREAM = "upstream"
+LABEL_FOLDS: tuple[str, ...] = (MODEL, ROUTE, PROVIDER, TASK, FOLD_SERIES, FOLD_UPSTREAM)
 #: Value used when a label is unknown (no ``labels()`` context, no model in the request).
 UNKNOWN = "unknown"
 
@@ -207,6 +213,17 @@ WINDOWED: tuple[Family, ...] = tuple(f for f in HISTOGRAMS if f.windowed)
 REQUESTS_TOTAL = "llm_client_requests_total"  # counter {outcome}; carries tenant by default
 REQUESTS_IN_FLIGHT = "llm_client_requests_in_flight"  # gauge; model, route, provider
 
+# --- what tells the four failure modes apart (docs/diagnose.md) ---------------------------------
+#: Counters of the provider's usage per tenant (model, provider, route, tenant): a tenant's
+#: cached share at the cost of two rows, where a tenant on the token histograms costs ~20 series.
+USAGE_INPUT_TOKENS = "llm_client_usage_input_tokens_total"
+USAGE_CACHED_INPUT_TOKENS = "llm_client_usage_cached_input_tokens_total"
+USAGE_LABELS: tuple[str, ...] = (MODEL, PROVIDER, ROUTE, TENANT)
+#: Calls by the upstream they reached: resolved address, region header, system fingerprint.
+UPSTREAM_REQUESTS = "llm_client_upstream_requests_total"
+UPSTREAM_LABELS: tuple[str, ...] = (ADDRESS, FINGERPRINT, MODEL, PROVIDER, REGION)
+#: Response headers naming the region that answered (the first one present wins).
+REGION_HEADERS: tuple[str, ...] = ("x-ms-region", "x-region")
 
 @dataclass(frozen=True)
 class Counter:

@@ -70,7 +70,8 @@ def drain(recorder: Recorder) -> Delta:
                  requests=dict(taken.requests), in_flight=dict(taken.in_flight),
                  tenant_folds=dict(taken.folds), label_folds=taken.label_folds,
                  counters={name: rows for name, rows in taken.counts.items() if rows},
-                 dropped=taken.drops)
+                 dropped=taken.drops, input_tokens=dict(taken.input_tokens),
+                 cached_tokens=dict(taken.cached_tokens), upstreams=dict(taken.upstreams))
 
 
 @dataclass

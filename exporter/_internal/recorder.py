@@ -53,6 +53,10 @@ PENDING_MAX = 64
 
 #: (model, provider, route): the key of the in-flight gauge.
 InFlightKey = tuple[str, str, str]
+#: (model, provider, route, tenant): the key of the usage counters.
+UsageKey = tuple[str, str, str, str]
+#: (address, fingerprint, model, provider, region): the key of the upstream counter.
+UpstreamKey = tuple[str, str, str, str, str]
 
 
 class Counters(NamedTuple):
@@ -64,6 +68,9 @@ class Counters(NamedTuple):
     folds: dict[tuple[str, str], int]  # (model, route) -> calls whose tenant folded
     series: int
     label_folds: dict[str, int]  # label -> calls whose model, route, provider... folded
+    input_tokens: dict[UsageKey, int]  # provider usage per tenant
+    cached_tokens: dict[UsageKey, int]
+    upstreams: dict[UpstreamKey, int]  # calls per upstream identity
     counts: dict[str, dict[tuple[str, ...], int]]  # names.COUNTERS: name -> row -> count
 
 
@@ -77,6 +84,9 @@ class Taken(NamedTuple):
     folds: dict[tuple[str, str], int]
     drops: dict[str, int]
     label_folds: dict[str, int]
+    input_tokens: dict[UsageKey, int]
+    cached_tokens: dict[UsageKey, int]
+    upstreams: dict[UpstreamKey, int]
     counts: dict[str, dict[tuple[str, ...], int]]
 
 
@@ -125,6 +135,9 @@ class Recorder:
         self.requests: dict[tuple[str, str, str, str, str], int] = {}  # model,outcome,prov,route,ten
         self.in_flight: dict[InFlightKey, int] = {}  # model, provider, route
         self.drops: dict[str, int] = {reason: 0 for reason in names.DROP_REASONS}
+        self.input_tokens: dict[UsageKey, int] = {}
+        self.cached_tokens: dict[UsageKey, int] = {}
+        self.upstreams: dict[UpstreamKey, int] = {}
         #: names.COUNTERS by name: label values (the counter's label order) -> count.
         self.counts: dict[str, dict[tuple[str, ...], int]] = _no_counts()
         self._dirty: set[Series] = set()
@@ -313,6 +326,11 @@ class Recorder:
         max_tokens, headroom = t.max_tokens, None
         if max_tokens is not None and t.output_tokens is not None:
             headroom = max(0, max_tokens - t.output_tokens)
+        if t.input_tokens is not None or t.cached_input_tokens is not None:
+            self._usage(key, t.input_tokens, t.cached_input_tokens)
+        if t.upstream_address or t.upstream_region or t.fingerprint:
+            self._upstream(model, provider, t.upstream_address, t.upstream_region,
+                           t.fingerprint)
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
         with_tenant = (model, provider, route, tenant)
@@ -390,6 +408,27 @@ class Recorder:
                              for label, v in zip(counter.labels, key))
             key = self._row(rows, key, overflow, folds)
         rows[key] = rows.get(key, 0) + n
+
+    def _usage(self, request_key: tuple[str, ...], input_tokens: int | None,
+               cached: int | None) -> None:
+        """Add a call's usage to its tenant's counters (the requests row's labels, so the rows
+        fold exactly as the requests counter's do)."""
+        model, _, provider, route, tenant = request_key
+        for rows, value in ((self.input_tokens, input_tokens), (self.cached_tokens, cached)):
+            if value.__class__ is int and value >= 0:  # type: ignore[operator]
+                key = self._row(rows, (model, provider, route, tenant),
+                                (names.OTHER_TENANT,) * 4, count=0)
+                rows[key] = rows.get(key, 0) + value  # type: ignore[operator]
+
+    def _upstream(self, model: str, provider: str, address: object, region: object,
+                  fingerprint: object, n: int = 1, count: int = 1) -> None:
+        """Count calls of `model` that reached this upstream (identities capped per model)."""
+        unknown = names.UNKNOWN
+        address, region, fingerprint = self.guard.upstream(
+            model, address or unknown, region or unknown, fingerprint or unknown, count)
+        key = self._row(self.upstreams, (address, fingerprint, model, provider, region),
+                        (names.OTHER_TENANT,) * 5, count=count)
+        self.upstreams[key] = self.upstreams.get(key, 0) + n
 
     def _row(self, rows: dict, key: tuple[str, ...], overflow: tuple[str, ...],
              count: int = 1) -> tuple[str, ...]:
@@ -497,7 +536,8 @@ class Recorder:
             drops[names.DROP_BAD_LABEL] += self.guard.bad_labels
             return Counters(dict(self.requests), dict(self.in_flight), drops,
                             dict(self.guard.folds), self.series_count,
-                            dict(self.guard.label_folds),
+                            dict(self.guard.label_folds), dict(self.input_tokens),
+                            dict(self.cached_tokens), dict(self.upstreams),
                             {name: dict(rows) for name, rows in self.counts.items()})
 
     # --- the store operations of the other process roles ----------------------------------------
@@ -521,6 +561,9 @@ class Recorder:
                     taken.append((series, hist, pending, exemplars))
                 series.slices = None
             requests, self.requests = self.requests, {}
+            input_tokens, self.input_tokens = self.input_tokens, {}
+            cached_tokens, self.cached_tokens = self.cached_tokens, {}
+            upstreams, self.upstreams = self.upstreams, {}
             counts, self.counts = self.counts, _no_counts()
             in_flight = {key: n for key, n in self.in_flight.items() if n}
             drops = {reason: n for reason, n in self.drops.items() if n}
@@ -540,7 +583,7 @@ class Recorder:
             if exemplars:
                 exemplars_by_key[key] = exemplars
         return Taken(histograms, exemplars_by_key, requests, in_flight, folds, drops,
-                     label_folds, counts)
+                     label_folds, input_tokens, cached_tokens, upstreams, counts)
 
     def absorb(self, delta: Delta, window: bool = True) -> None:
         """Aggregator: add a validated delta exactly (HDR add, straddles, sums, counters).
@@ -573,6 +616,20 @@ class Recorder:
                 key = self._row(self.requests, (model, outcome, provider, route, tenant),
                                 (other, outcome, other, other, other), n)
                 self.requests[key] = self.requests.get(key, 0) + n
+            for rows, theirs in ((self.input_tokens, delta.input_tokens),
+                                 (self.cached_tokens, delta.cached_tokens)):
+                for (model, provider, route, tenant), n in theirs.items():
+                    model, provider = guard.known(names.MODEL, model), \
+                        guard.known(names.PROVIDER, provider)
+                    route = guard.known(names.ROUTE, route)
+                    tenant = guard.tenant(model, route, tenant, policy=False, count=0)
+                    key = self._row(rows, (model, provider, route, tenant),
+                                    (other,) * 4, count=0)
+                    rows[key] = rows.get(key, 0) + n
+            for (address, fingerprint, model, provider, region), n in delta.upstreams.items():
+                self._upstream(guard.known(names.MODEL, model),
+                               guard.known(names.PROVIDER, provider), address, region,
+                               fingerprint, n, count=n)
             for name, rows in delta.counters.items():
                 counter = names.COUNTERS_BY_NAME[name]
                 for values, n in rows.items():

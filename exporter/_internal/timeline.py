@@ -43,6 +43,11 @@ class CallTimeline:
     reasoning_output_tokens: int | None = None
     outcome: str | None = None
     trace_id: str | None = None
+    #: The upstream the call reached: resolved "address:port", region header, the response's
+    #: system fingerprint (None where the client could not see it).
+    upstream_address: str | None = None
+    upstream_region: str | None = None
+    fingerprint: str | None = None
     #: The request's max_tokens (max_completion_tokens, max_output_tokens), when it set one.
     max_tokens: int | None = None
     #: The provider's own stop reason as it reported it (`length`, `end_turn`, ...).

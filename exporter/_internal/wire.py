@@ -15,6 +15,8 @@ inflate it before any size check; the aggregator refuses one), and inflates to o
      "requests": [[model, outcome, provider, route, tenant, n], ...],
      "in_flight": [[model, provider, route, n], ...],       (current values, not increments)
      "tenant_folds": [[model, route, n], ...], "label_folds": {label: n},
+     "input_tokens": [[model, provider, route, tenant, n], ...], "cached_tokens": [...],
+     "upstreams": [[address, fingerprint, model, provider, region, n], ...],
      "counters": {counter: [[label values in the counter's label order..., n], ...]},
      "dropped": {reason: n}, "lost_batches": n, "push_failures": n}
 
@@ -32,10 +34,11 @@ the exact `sum` of the values, and for each `le` boundary that falls inside an H
 (`straddles`). `exemplars` are the latest traced call per `le` bucket (position into the
 boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
 
-`counters` (names.COUNTERS: finish reasons, agent tasks) and the `count` layout came after the
-first release of version 1 and may be absent; a layout is required only for the units the
-push's families use. `decode()` validates every field before anything is applied, so a bad
-push changes nothing; `PushError.reason` names the aggregator's reject counter.
+`input_tokens`, `cached_tokens` and `upstreams` (the per-tenant usage counters and the upstream
+identities), `counters` (names.COUNTERS: finish reasons, agent tasks) and the `count` layout
+came after the first release of version 1 and may be absent; a layout is required only for the
+units the push's families use. `decode()` validates every field before anything is applied, so
+a bad push changes nothing; `PushError.reason` names the aggregator's reject counter.
 """
 
 from __future__ import annotations
@@ -106,6 +109,11 @@ class Delta:
     #: names.COUNTERS by name -> label values -> count
     counters: dict[str, dict[tuple[str, ...], int]] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    #: (model, provider, route, tenant) -> input tokens / cached input tokens (provider usage)
+    input_tokens: dict[tuple[str, ...], int] = field(default_factory=dict)
+    cached_tokens: dict[tuple[str, ...], int] = field(default_factory=dict)
+    #: (address, fingerprint, model, provider, region) -> calls that reached that upstream
+    upstreams: dict[tuple[str, ...], int] = field(default_factory=dict)
     lost_batches: int = 0
     push_failures: int = 0
 
@@ -122,7 +130,10 @@ class Delta:
         for mine_d, theirs_d in ((self.requests, later.requests),
                                  (self.tenant_folds, later.tenant_folds),
                                  (self.label_folds, later.label_folds),
-                                 (self.dropped, later.dropped)):
+                                 (self.dropped, later.dropped),
+                                 (self.input_tokens, later.input_tokens),
+                                 (self.cached_tokens, later.cached_tokens),
+                                 (self.upstreams, later.upstreams)):
             for row, n in theirs_d.items():
                 mine_d[row] = mine_d.get(row, 0) + n
         for name, rows in later.counters.items():
@@ -177,6 +188,9 @@ def payload(delta: Delta, layouts: dict[str, list[Any]]) -> dict[str, Any]:
         "counters": {name: [[*k, n] for k, n in rows.items()]
                      for name, rows in delta.counters.items() if rows},
         "dropped": {r: n for r, n in delta.dropped.items() if n},
+        **{name: [[*k, n] for k, n in rows.items() if n] for name, rows in (
+            ("input_tokens", delta.input_tokens), ("cached_tokens", delta.cached_tokens),
+            ("upstreams", delta.upstreams))},
         "lost_batches": delta.lost_batches, "push_failures": delta.push_failures,
     }
 
@@ -304,6 +318,10 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
             raise PushError(MALFORMED, f"unknown outcome {key[1][:40]!r}")
     _rows(doc.get("in_flight"), "in_flight", 3, max_len, delta.in_flight)
     _rows(doc.get("tenant_folds"), "tenant_folds", 2, max_len, delta.tenant_folds)
+    for name, n_labels, into in (("input_tokens", 4, delta.input_tokens),
+                                 ("cached_tokens", 4, delta.cached_tokens),
+                                 ("upstreams", 5, delta.upstreams)):
+        _rows(doc.get(name, []), name, n_labels, max_len, into)
     _counts(doc.get("dropped"), "dropped", names.DROP_REASONS, delta.dropped)
     # (absent from the pushes of releases that did not cap model, route and provider)
     _counts(doc.get("label_folds", {}), "label_folds", names.LABEL_FOLDS, delta.label_folds)
@@ -323,7 +341,8 @@ def _bounded(doc: dict[str, Any], limit: int) -> None:
         if counters.__class__ is dict else []
     for what, n in (("series", series), ("label sets", _size(doc.get("labels"))),
                     *((key, _size(doc.get(key))) for key in
-                      ("requests", "in_flight", "tenant_folds")), *rows):
+                      ("requests", "in_flight", "tenant_folds", "input_tokens",
+                       "cached_tokens", "upstreams")), *rows):
         if n > limit:
             raise PushError(names.REJECT_TOO_LARGE, f"{n} {what} in one push: more than "
                                                     f"labels.max_series ({limit})")

@@ -36,7 +36,9 @@ def test_a_label_whose_str_raises_is_replaced_and_the_call_counted():
 
 def call(rec: Recorder, i: int, model: str, route: str, tenant: str, provider: str = "p"):
     key = rec.started(model, provider, route)
-    t = CallTimeline(start=0, model=model, provider=provider, route=route, tenant=tenant)
+    t = CallTimeline(start=0, model=model, provider=provider, route=route, tenant=tenant,
+                     input_tokens=1000, cached_input_tokens=i % 1000,
+                     upstream_address=f"10.{i % 250}.0.{i % 7}:443", fingerprint=f"fp_{i}")
     t.token(1_000_000 + i)
     t.end = 2_000_000
     t.outcome = names.OK
@@ -51,6 +53,10 @@ def assert_bounded(rec: Recorder) -> None:
     assert sum(len(s.series) for s in rec.families.values()) == counters.series
     assert len(counters.requests) <= lab.max_series + len(names.OUTCOMES)
     assert len(counters.in_flight) <= lab.max_series + 1
+    for rows in (counters.input_tokens, counters.cached_tokens, counters.upstreams):
+        assert len(rows) <= lab.max_series + 1
+    assert len({k[:2] + k[4:] for k in counters.upstreams}) <= \
+        (lab.max_models + 1) * lab.max_upstreams + 1
     assert len({k[0] for k in counters.requests}) <= lab.max_models + 1
     assert len({k[3] for k in counters.requests}) <= lab.max_routes + 1
     assert len({k[2] for k in counters.requests}) <= lab.max_providers + 1
@@ -66,9 +72,10 @@ def memory_bound(rec: Recorder) -> int:
     lab, window = rec.config.labels, rec.config.window
     counts_len = max(s.layout.counts_len for s in rec.families.values())
     per_series = (1 + window.slices) * counts_len * 4 + 1024  # counters, slices, key, object
-    rows = 2 * lab.max_series + len(names.OUTCOMES) + 1
+    rows = 5 * lab.max_series + len(names.OUTCOMES) + 4
     values = lab.max_series + lab.max_models + lab.max_routes + lab.max_providers
-    return lab.max_series * per_series + rows * 300 + values * 2 * 150 + 2**20
+    upstreams = (lab.max_models + 1) * lab.max_upstreams * 450
+    return lab.max_series * per_series + rows * 300 + values * 2 * 150 + upstreams + 2**20
 
 
 def test_hundreds_of_thousands_of_routes_models_and_tenants_stay_bounded():
@@ -86,6 +93,8 @@ def test_hundreds_of_thousands_of_routes_models_and_tenants_stay_bounded():
     assert sum(counters.requests.values()) == 50_000  # every call counted, none dropped
     assert counters.label_folds[names.MODEL] == 50_000 - 10
     assert counters.label_folds[names.ROUTE] > 0 and counters.label_folds[names.PROVIDER] > 0
+    assert counters.label_folds[names.FOLD_UPSTREAM] > 0
+    assert sum(counters.upstreams.values()) == 50_000
     body = Renderer(rec).render()
     assert len(body) < 4 * 2**20  # a bounded scrape (docs/metrics.md: a few MB at most)
 

@@ -117,7 +117,9 @@ class LoadGenerator:
         tenant = rng.choices(TENANTS, self._weights)[0]
         if rng.random() < 0.08:  # the noisy tenant is busier than its rank says
             tenant = TENANTS[-1]
-        elif self.knobs.cold_tenants and rng.random() < 0.15:  # back from idle, catching up
+        elif self.knobs.cold_tenants and rng.random() < 0.3:  # back from idle, catching up
+            # (a third of the calls: at the compressed day's 10 calls/s that is 2-4 calls per
+            # route of each model in a 10 s window, enough to compare the tenant's TTFT)
             tenant = min(self.knobs.cold_tenants)
         size = ROUTES[route] * (self.knobs.surge_factor if route == self.knobs.surge_route else 1)
         input_tokens = max(16, int(rng.lognormvariate(0, 0.5) * size))

@@ -157,6 +157,9 @@ class _State:
 _STATE = web.AppKey("demo_provider_state", _State)
 #: The far region closes each connection after its response (a short LB idle timeout).
 _CLOSE = web.AppKey("demo_provider_closes_connections", bool)
+#: The region a response says answered it (`x-region`, as a gateway would name it).
+_REGION = web.AppKey("demo_provider_region", str)
+REGION_HEADER = "x-region"
 
 
 async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamResponse:
@@ -209,7 +212,7 @@ async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: C
         return _closing(_error_response(wire_type, plan.status, f"scripted HTTP {plan.status}"),
                         close)
     wire = wire_type(call)
-    headers = {wire.request_id_header: f"req_{wire.id}"}
+    headers = {wire.request_id_header: f"req_{wire.id}", REGION_HEADER: request.app[_REGION]}
     if wire.processing_header:
         spent = time.monotonic() - call.received
         headers[wire.processing_header] = str(round(spent * 1000))
@@ -245,14 +248,15 @@ def _closing(response: web.StreamResponse, close: bool) -> web.StreamResponse:
 
 
 def create_app(model: LatencyModel | None = None, knobs: Knobs | None = None, *,
-               state: _State | None = None, close_connections: bool = False
-               ) -> web.Application:
+               state: _State | None = None, close_connections: bool = False,
+               region: str = "near") -> web.Application:
     """The provider as an aiohttp application; `model` defaults to `LatencyModel.default()`.
 
     `state` shares another app's queues and simulator (the far region's app)."""
     app = web.Application()
     app[_STATE] = state or _State(model or LatencyModel.default(), knobs)
     app[_CLOSE] = close_connections
+    app[_REGION] = region
     for path, wire in (("/v1/chat/completions", ChatCompletions), ("/v1/responses", Responses),
                        ("/v1/messages", Messages)):
         app.router.add_post(path, functools.partial(_handle, wire=wire))
@@ -322,7 +326,7 @@ class ProviderServer:
             name="demo-provider", shutdown_timeout=_SHUTDOWN_TIMEOUT)
         self._http = server.start()
         if self._far_wanted:
-            far_app = create_app(state=app[_STATE], close_connections=True)
+            far_app = create_app(state=app[_STATE], close_connections=True, region="far")
             try:
                 self.far = server.call(start_far_region(far_app,
                                                         shutdown_timeout=_SHUTDOWN_TIMEOUT))

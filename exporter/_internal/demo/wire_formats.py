@@ -23,6 +23,9 @@ from typing import Any, ClassVar
 from ..names import PROCESSING_HEADER
 from .latency import Plan
 
+#: The chat completions' `system_fingerprint`: one fleet configuration behind both regions.
+FINGERPRINT = "fp_demo_1"
+
 _ANSWER = tuple(
     "Time to first token is what a user waits for before anything appears on the screen. "
     "It hides a queue, a prefill that grows with the prompt, a cache that may be cold, and a "
@@ -198,7 +201,7 @@ class ChatCompletions(WireFormat):
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         chunk: dict[str, Any] = {
             "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-            "created": self.created, "model": self.call.model, "system_fingerprint": None,
+            "created": self.created, "model": self.call.model, "system_fingerprint": FINGERPRINT,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
         if self.call.include_usage:
@@ -224,7 +227,7 @@ class ChatCompletions(WireFormat):
         if self.call.include_usage:
             out += _data({
                 "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-                "created": self.created, "model": self.call.model, "system_fingerprint": None,
+                "created": self.created, "model": self.call.model, "system_fingerprint": FINGERPRINT,
                 "choices": [], "usage": self._usage(),
             })
         return out + b"data: [DONE]\n\n"
@@ -256,7 +259,7 @@ class ChatCompletions(WireFormat):
             }]
         return {
             "id": f"chatcmpl-{self.id}", "object": "chat.completion", "created": self.created,
-            "model": self.call.model, "system_fingerprint": None,
+            "model": self.call.model, "system_fingerprint": FINGERPRINT,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": self._finish_reason()}],
             "usage": self._usage(),

@@ -27,6 +27,7 @@ from __future__ import annotations
 from time import perf_counter_ns
 from typing import Any
 
+from .. import names
 from ..names import PROCESSING_HEADER
 
 _PROCESSING = PROCESSING_HEADER.encode("ascii")
@@ -136,6 +137,25 @@ def attach(request: Any, tracer: Any) -> None:
 
         is_async = inspect.iscoroutinefunction(getattr(tracer, "__call__", tracer))
         extensions["trace"] = (_AsyncChain if is_async else _Chain)(previous, tracer)
+
+
+def upstream_of(response: Any) -> tuple[str | None, str | None]:
+    """("address:port" the connection reached, region header) of an httpx response: the
+    upstream identity a silent route change alters. None where not available (a transport that
+    is not httpcore-based has no `network_stream`)."""
+    address = region = None
+    stream = response.extensions.get("network_stream")
+    if stream is not None:
+        peer = stream.get_extra_info("server_addr")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            host = str(peer[0])
+            address = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    headers = response.headers
+    for name in names.REGION_HEADERS:
+        region = headers.get(name)
+        if region:
+            break
+    return address, region or None
 
 
 def tracked_of(response: Any, kind: type) -> Any:

@@ -130,6 +130,16 @@ class Call:
         if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
             self.timeline.max_tokens = limit
 
+    def upstream(self, address: str | None = None, region: str | None = None,
+                 fingerprint: str | None = None) -> None:
+        """Which upstream answered: the resolved "address:port", the region it names, the
+        response's system fingerprint (a change of any of them is a route change)."""
+        t = self.timeline
+        for attr, value in (("upstream_address", address), ("upstream_region", region),
+                            ("fingerprint", fingerprint)):
+            if isinstance(value, str) and value:
+                setattr(t, attr, value)
+
     def response(self, id: str | None = None, finish_reason: str | None = None) -> None:
         """The response's id and (once per choice) why the model stopped, for the span; the
         first choice's reason is the call's (the finish-reason counter, truncation rate)."""

@@ -98,6 +98,7 @@ def chat_usage(obj: Any, call: SdkCall) -> None:
                reasoning=field(usage, "completion_tokens_details", "reasoning_tokens"),
                model=field(obj, "model"))
     call.response(id=field(obj, "id"))
+    call.upstream(fingerprint=field(obj, "system_fingerprint"))
     if not call.streaming:
         for choice in field(obj, "choices") or ():
             call.response(finish_reason=field(choice, "finish_reason"))

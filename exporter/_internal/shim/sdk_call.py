@@ -167,6 +167,7 @@ class SdkCall(Call):
                 if not isinstance(anchor, _RESPONSE_TYPES):
                     anchor = getattr(result, "http_response", None)
                 if anchor is not None:
+                    self.upstream(*httpx_trace.upstream_of(anchor))
                     self.finalizer = _Anchor.attach(anchor, self)
                 return
             # Not streamed. The first token reaches the caller when the body is parsed, which
@@ -174,6 +175,8 @@ class SdkCall(Call):
             # so the headers stamp is dropped and only the network phases remain.
             t.headers = None
             raw = _http_response(result)
+            if raw is not None:  # (a parsed result keeps no response: no upstream address)
+                self.upstream(*httpx_trace.upstream_of(raw))
             if raw is None:
                 self.endpoint.body_usage(result, self)
                 t.first_token = t.first_answer_token = now

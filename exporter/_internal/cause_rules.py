@@ -1,0 +1,180 @@
+"""The rules of causes.py's decision: the signals recorded, the decision recorded per cause,
+and the `LLMTTFTLikelyCause` alert that names it.
+
+The signals are recorded over `alerting.tenant_window_seconds` (default 5m) now and the same
+window `alerting.tenant_baseline_offset_seconds` (default 1h) earlier, the comparison the
+tenant alerts already make. Each condition is `causes.classify` written in PromQL with the
+same `Thresholds`; tests/test_incident_day.py checks that the alert and `ttft-exporter
+diagnose` name the same cause on every incident, and alerts/tests/causes.yaml each cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from . import names
+from .causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, NOISY_NEIGHBOUR, PREFILL,
+                     PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, UNKNOWN, Thresholds,
+                     new_upstream_share)
+from .config import AlertingConfig, Config
+from .promql import by, duration, eq, is_native, kept, num, scope_matchers, selector
+
+#: The recorded decision: one series per degraded (model, route), label `cause`.
+LIKELY_CAUSE = "model_route:llm_client_time_to_first_token_seconds:likely_cause"
+
+#: What on-call is told per cause (README's table, issue 14), for the alert's description.
+TOLD = {
+    PREFILL_SURGE: "TTFT rose with prompt size on route {{ $labels.route }}: input tokens per "
+                   "call and the prefill phase are up; decode is normal.",
+    COLD_CACHE: "The prompt cache of tenant {{ $labels.tenant }} went cold (after idling?): its "
+                "cached share of input tokens fell and its TTFT rose; other tenants' did not.",
+    NOISY_NEIGHBOUR: "Every tenant of model {{ $labels.model }} stalls mid-stream at once: a "
+                     "noisy neighbour in the provider's batch, not your prompts.",
+    ROUTE_CHANGE: "Traffic for model {{ $labels.model }} now goes somewhere else: a new "
+                  "upstream (address, region or fingerprint) or a slower connect; model time "
+                  "is unchanged.",
+    UNKNOWN: "TTFT rose but the signals fit none of the four known failure modes: check the "
+             "client side (CPU, event loop) and the provider's status.",
+}
+
+
+def thresholds(al: AlertingConfig) -> Thresholds:
+    """The decision's thresholds under this config: its minimum of calls."""
+    return replace(DEFAULT, min_calls=al.min_calls)
+
+
+def _name(key: str, window: str, offset: str = "") -> str:
+    """Recording name of a signal: `level:metric:operation` with its nominal window."""
+    s = SIGNALS_BY_KEY[key]
+    level = ("model" if s.per_model else "model_route") + ("_tenant" if s.tenant else "") + \
+        ("_phase" if s.phase else "")
+    metric = s.family.name if s.family is not None else names.USAGE_CACHED_INPUT_TOKENS
+    op = {"calls": "calls", "mean": "mean", "cached_share": "cached_share"}[s.kind]
+    return f"{level}:{metric}:{op}{window}{f'_offset{offset}' if offset else ''}"
+
+
+class SignalNames:
+    """The nominal names of this config's signal recordings (now and baseline)."""
+
+    def __init__(self, al: AlertingConfig):
+        self.window = duration(al.tenant_window_seconds)
+        self.offset = duration(al.tenant_baseline_offset_seconds)
+        self.upstream = (f"model:{names.UPSTREAM_REQUESTS.removesuffix('_total')}:"
+                         f"new_share{self.window}_vs_offset{self.offset}")
+
+    def now(self, key: str) -> str:
+        return _name(key, self.window)
+
+    def base(self, key: str) -> str:
+        return _name(key, self.window, self.offset)
+
+
+def signal_records(config: Config) -> list[dict[str, Any]]:
+    """Every signal of causes.SIGNALS over the window now and at the baseline offset, and the
+    share of each model's calls to an upstream unseen at the baseline."""
+    al = config.alerting
+    scale = al.window_scale
+    window = duration(al.tenant_window_seconds * scale)
+    offset = duration(al.tenant_baseline_offset_seconds * scale)
+    matchers, keep, n = scope_matchers(al), kept(al), SignalNames(al)
+    out = []
+    for key, signal in SIGNALS_BY_KEY.items():
+        for name, shift in ((n.now(key), ""), (n.base(key), offset))[:1 if signal.tenant
+                                                                       and not signal.per_model
+                                                                       else 2]:
+            out.append({"record": name, "expr": signal.expr(window, matchers, keep, shift,
+                                                            is_native(config))})
+    model_keep = [label for label in keep if label != names.ROUTE]
+    out.append({"record": n.upstream,
+                "expr": new_upstream_share(window, window, offset, matchers, model_keep)})
+    return out
+
+
+def decision_records(config: Config) -> list[dict[str, Any]]:
+    """The decision per (model, route): one `LIKELY_CAUSE` series labelled with its cause
+    (and, for a cold cache, one per cold tenant)."""
+    al = config.alerting
+    t = thresholds(al)
+    n, keep = SignalNames(al), kept(al)
+    mine = scope_matchers(al)[:1] if "job" in keep else []
+    on = f"on ({by(keep)})"
+
+    def now(key: str, *extra: str) -> str:
+        return selector(n.now(key), [*mine, *extra])
+
+    def base(key: str, *extra: str) -> str:
+        return selector(n.base(key), [*mine, *extra])
+
+    def rose(key: str, factor: float, floor: float, *extra: str) -> str:
+        a, b = now(key, *extra), base(key, *extra)
+        return f"({a} >= {num(factor)} * {b})\nand ({a} - {b} >= {num(floor)})"
+
+    enough = (f"({now('calls')} >= {t.min_calls})\nand {on} ({base('calls')} >= {t.min_calls})")
+    slower = (f"({rose('ttft', t.degraded_factor, t.degraded_min_seconds)})\nor\n"
+              f"({rose('first_answer', t.degraded_factor, t.degraded_min_seconds)})")
+    # A tenant's TTFT now against its (model, route)'s baseline (causes.slower_tenants).
+    group = f"{on} group_left ()"
+    tenant_slower = (
+        f"({now('tenant_calls')} >= {t.tenant_min_calls})\n"
+        f"and ({now('tenant_ttft')} >= {group} ({num(t.degraded_factor)} * {base('ttft')}))\n"
+        f"and ({now('tenant_ttft')} - {group} {base('ttft')} >= "
+        f"{num(t.degraded_min_seconds)})")
+    tenant_cold = (f"({base('cached_share')} - {now('cached_share')} >= {num(t.cache_drop)})\n"
+                   f"and ({now('cached_share')} <= {num(t.cache_ratio)} * "
+                   f"{base('cached_share')})")
+    model_tenant = [*(label for label in keep if label != names.ROUTE), names.TENANT]
+    cold_slower = f"({tenant_slower})\nand on ({by(model_tenant)})\n({tenant_cold})"
+    cold = f"count by ({by(keep)}) (\n{cold_slower}\n)"
+    degraded = f"(\n({slower})\nor\n{cold}\n)\nand {on}\n({enough})"
+    model_on = f"on ({by([label for label in keep if label != names.ROUTE])})"
+    phase = eq(names.PHASE, CONNECT)
+    connect = rose("phase", t.connect_factor, t.connect_min_seconds, phase)
+    pre = eq(names.PHASE, PREFILL)
+    conditions: dict[str, Callable[[], str]] = {
+        PREFILL_SURGE: lambda: (
+            f"({rose('input_tokens', t.input_factor, 0.0)})\n"
+            f"and {on}\nsum by ({by(keep)}) ({rose('phase', t.prefill_factor, 0.0, pre)})"),
+        NOISY_NEIGHBOUR: lambda: rose("stall", t.stall_factor, t.stall_min_seconds),
+    }
+    out: list[dict[str, Any]] = []
+    earlier: list[str] = []
+    for cause in CAUSES:
+        if cause == UNKNOWN:
+            expr = f"(\n{degraded}\n)"
+        elif cause == COLD_CACHE:  # one series per cold tenant: the page names it
+            expr = f"(\n{cold_slower}\n)\nand {on}\n(\n{degraded}\n)"
+        elif cause == ROUTE_CHANGE:  # a new upstream of the model, or its connect phase up
+            expr = (f"(\n(\n{degraded}\n)\nand {model_on}\n"
+                    f"({selector(n.upstream, mine)} >= {num(t.new_upstream_share)})\nor\n"
+                    f"(\n{degraded}\n)\nand {on}\nsum by ({by(keep)}) ({connect})\n)")
+        else:
+            expr = f"(\n{degraded}\n)\nand {on}\n(\n{conditions[cause]()}\n)"
+        for prior in earlier:
+            expr += f"\nunless {on}\n{selector(LIKELY_CAUSE, [*mine, eq('cause', prior)])}"
+        out.append({"record": LIKELY_CAUSE, "labels": {"cause": cause},
+                    "expr": f"0 * (\n{expr}\n) + 1"})
+        earlier.append(cause)
+    return out
+
+
+def cause_alerts(config: Config, alert: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
+    """`LLMTTFTLikelyCause`, one rule per cause (label `cause`), each telling on-call what
+    that cause means; `alert` is alerts._alert."""
+    al = config.alerting
+    keep = kept(al)
+    mine = scope_matchers(al)[:1] if "job" in keep else []
+    n = SignalNames(al)
+    where = "model {{ $labels.model }} on route {{ $labels.route }}"
+    out = []
+    for cause in CAUSES:
+        rule = alert(
+            "LLMTTFTLikelyCause", "ticket", selector(LIKELY_CAUSE, [*mine, eq("cause", cause)]),
+            duration(120 * al.window_scale), f"TTFT up on {where}: likely {cause}",
+            f"{TOLD[cause]} Decided from the last {n.window} against the same window "
+            f"{n.offset} earlier (ttft-exporter diagnose gives the numbers; the runbook section "
+            f"{RUNBOOK[cause]!r} what to do).", config)
+        rule["labels"]["cause"] = cause
+        out.append(rule)
+    return out

@@ -1,0 +1,290 @@
+"""Which of the four failure modes raised TTFT: the signals, the thresholds and the decision.
+
+README's "Why" names four failures that one slow LLM call hides; each has its own fix and its
+own fingerprint in the metrics (docs/diagnose.md):
+
+| cause | signals |
+| --- | --- |
+| `prefill_surge` | input tokens per call up, prefill phase up |
+| `cold_cache` | a few tenants' cached share of input tokens down, their TTFT up |
+| `noisy_neighbour` | the largest stall per call up for the model; input unchanged |
+| `route_change` | calls reach an upstream (address, region, fingerprint) unseen in the baseline, or the connect phase up |
+
+Both readers of the decision take it from here: `ttft-exporter diagnose` (diagnose.py) queries
+the signals over any two windows and calls `classify`; the generated rules (cause_rules.py)
+record the same signals over `alerting.tenant_window_seconds` against the same window
+`alerting.tenant_baseline_offset_seconds` earlier, and compare them with the same thresholds.
+Every signal is a mean (histogram `_sum` / `_count`) or a ratio of counters: exact in both
+histogram modes, and steadier than a p99 over a few calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from . import names
+from .config import AlertingConfig
+from .promql import by, histogram_rate, regex, runbook_url, selector
+
+PREFILL_SURGE = "prefill_surge"
+COLD_CACHE = "cold_cache"
+NOISY_NEIGHBOUR = "noisy_neighbour"
+ROUTE_CHANGE = "route_change"
+UNKNOWN = "unknown"
+#: In the order the decision tries them: a changed upstream is a fact, not an inference, and
+#: longer prompts explain stalls (a huge prefill blocks the batch) where stalls do not explain
+#: longer prompts.
+CAUSES: tuple[str, ...] = (ROUTE_CHANGE, PREFILL_SURGE, NOISY_NEIGHBOUR, COLD_CACHE, UNKNOWN)
+
+#: Section of docs/runbooks.md per cause (the demo's incident of that failure mode).
+RUNBOOK = {
+    PREFILL_SURGE: "Incident: long-prompt prefill surge",
+    COLD_CACHE: "Incident: prompt cache gone cold after idling",
+    NOISY_NEIGHBOUR: "Incident: noisy neighbour freezing every stream",
+    ROUTE_CHANGE: "Incident: silent route change to a farther region",
+    UNKNOWN: "LLMTTFTLikelyCause",
+}
+
+#: The phases the decision reads.
+CONNECT, SERVER, PREFILL = "connect", "server", "prefill"
+PHASES = (CONNECT, SERVER, PREFILL)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The decision's thresholds (docs/runbooks.md, "Why is TTFT up?", gives the reasoning)."""
+
+    #: Calls a (model, route) needs in each window to be compared at all (the rules use
+    #: `alerting.min_calls`).
+    min_calls: int = 20
+    #: ...and a tenant in the diagnosed window, to be compared with its (model, route).
+    tenant_min_calls: int = 2
+    #: TTFT (or first-answer) mean now / baseline, and now - baseline, that count as degraded.
+    degraded_factor: float = 1.25
+    degraded_min_seconds: float = 0.1
+    #: route_change: share of the model's calls that reached an upstream unseen in the baseline,
+    new_upstream_share: float = 0.5
+    #: or the connect phase's mean up by a round trip and more.
+    connect_factor: float = 2.0
+    connect_min_seconds: float = 0.05
+    #: prefill_surge: input tokens per call and the prefill phase's mean, now / baseline.
+    input_factor: float = 1.5
+    prefill_factor: float = 1.25
+    #: noisy_neighbour: the mean of each call's largest stall, now / baseline and now - baseline.
+    stall_factor: float = 2.0
+    stall_min_seconds: float = 0.25
+    #: cold_cache: a tenant's cached share of input tokens fell by this much (absolute)...
+    cache_drop: float = 0.25
+    #: ...to at most this share of its baseline.
+    cache_ratio: float = 0.5
+
+
+DEFAULT = Thresholds()
+
+
+# --- the signals ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Signal:
+    """One number per (model, route[, tenant][, phase]) over a window: `kind` says how it is
+    computed from `family` (a histogram mean) or from the usage counters (a ratio)."""
+
+    key: str
+    kind: str  # "mean" (histogram sum / count), "calls" (count increase), "cached_share"
+    family: names.Family | None = None
+    tenant: bool = False
+    phase: bool = False
+    per_model: bool = False  # over all routes of the model (no route label)
+
+    def expr(self, window: str, matchers: Sequence[str], keep: Sequence[str],
+             offset: str = "", native: bool = False) -> str:
+        """PromQL of the signal over `window` (shifted back by `offset`), by `keep` (plus
+        tenant or phase where the signal has them)."""
+        labels = [*(k for k in keep if not (self.per_model and k == names.ROUTE)),
+                  *([names.TENANT] if self.tenant else []),
+                  *([names.PHASE] if self.phase else [])]
+        m = [*matchers, *([regex(names.PHASE, "|".join(PHASES))] if self.phase else [])]
+        grouped = f"sum by ({by(labels)})"
+        if self.kind == "cached_share":
+            shift = f" offset {offset}" if offset else ""
+            cached = selector(names.USAGE_CACHED_INPUT_TOKENS, m)
+            total = selector(names.USAGE_INPUT_TOKENS, m)
+            return (f"{grouped} (rate({cached}[{window}]{shift}))\n"
+                    f"/ ({grouped} (rate({total}[{window}]{shift})) > 0)")
+        assert self.family is not None
+        count = f"{grouped} ({histogram_rate(self.family, 'count', m, window, offset, native)})"
+        if self.kind == "calls":
+            return f"{count} * {_seconds(window)}"
+        total = f"{grouped} ({histogram_rate(self.family, 'sum', m, window, offset, native)})"
+        return f"{total}\n/ ({count} > 0)"
+
+
+def _seconds(window: str) -> str:
+    """A PromQL duration's seconds (rate × seconds = the increase, without increase()'s
+    extrapolation quirks differing from rate's)."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    for unit in ("ms", "s", "m", "h", "d", "w"):
+        if window.endswith(unit) and window[:-len(unit)].isdigit():
+            return format(int(window[:-len(unit)]) * units[unit], "g")
+    raise ValueError(f"not a single-unit duration: {window}")
+
+
+SIGNALS: tuple[Signal, ...] = (
+    Signal("calls", "calls", names.TTFT),
+    Signal("ttft", "mean", names.TTFT),
+    Signal("first_answer", "mean", names.FIRST_ANSWER),
+    Signal("input_tokens", "mean", names.INPUT_TOKENS),
+    Signal("stall", "mean", names.STALL),
+    Signal("phase", "mean", names.PHASE_FAMILY, phase=True),
+    Signal("tenant_calls", "calls", names.TTFT, tenant=True),  # (now only, in the rules)
+    Signal("tenant_ttft", "mean", names.TTFT, tenant=True),
+    Signal("cached_share", "cached_share", tenant=True, per_model=True),
+)
+SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
+
+#: The labels of one upstream identity (llm_client_upstream_requests_total).
+IDENTITY = (names.ADDRESS, names.REGION, names.FINGERPRINT)
+
+
+def new_upstream_share(window: str, baseline: str, baseline_offset: str,
+                       matchers: Sequence[str], keep: Sequence[str]) -> str:
+    """Share of each model's calls over `window` that reached an upstream identity with no
+    calls over the `baseline` window that ends `baseline_offset` before the evaluation time.
+    0, not empty, when every upstream is known; empty without calls."""
+    upstream = selector(names.UPSTREAM_REQUESTS, matchers)
+    seen = f"increase({upstream}[{baseline}] offset {baseline_offset}) > 0"
+    calls = f"increase({upstream}[{window}])"
+    total = f"sum by ({by(keep)}) ({calls})"
+    new = (f"sum by ({by(keep)}) (\n  {calls}\n  unless on ({by([*keep, *IDENTITY])})\n"
+           f"  {seen}\n)")
+    return f"(\n{new}\nor 0 * {total}\n)\n/ ({total} > 0)"
+
+
+# --- the decision -----------------------------------------------------------------------------
+
+@dataclass
+class Window:
+    """The signals of one (model, route) over one window, as numbers (None: no value)."""
+
+    calls: float = 0.0
+    ttft: float | None = None
+    first_answer: float | None = None
+    input_tokens: float | None = None
+    stall: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    tenant_calls: dict[str, float] = field(default_factory=dict)
+    tenant_ttft: dict[str, float] = field(default_factory=dict)
+    #: per tenant over all routes of the model
+    cached_share: dict[str, float] = field(default_factory=dict)
+    #: route_change: share of the model's calls to an upstream the baseline did not see (only
+    #: on the window being diagnosed).
+    new_upstream_share: float | None = None
+    upstreams: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    """One degraded (model, route): the likely cause, and the numbers that decided it."""
+
+    model: str
+    route: str
+    cause: str
+    tenants: list[str]
+    evidence: dict[str, float]
+    runbook: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"model": self.model, "route": self.route, "cause": self.cause,
+                "tenants": self.tenants, "evidence": self.evidence, "runbook": self.runbook}
+
+
+def _rose(now: float | None, base: float | None, factor: float, floor: float) -> bool:
+    """`now` is at least `factor`× and `floor` above `base` (False where either is missing)."""
+    return now is not None and base is not None and now >= factor * base and \
+        now - base >= floor
+
+
+def cold_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
+    """Tenants of the model whose cached share of input tokens (over all its routes) fell past
+    the thresholds."""
+    return sorted(
+        tenant for tenant, share in now.cached_share.items()
+        if (was := base.cached_share.get(tenant)) is not None
+        and was - share >= t.cache_drop and share <= t.cache_ratio * was)
+
+
+def slower_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
+    """Tenants with calls now whose TTFT mean is past the thresholds above the (model, route)'s
+    baseline mean: a tenant's own baseline on one route is a handful of calls, if any."""
+    return sorted(
+        tenant for tenant, value in now.tenant_ttft.items()
+        if now.tenant_calls.get(tenant, 0) >= t.tenant_min_calls
+        and _rose(value, base.ttft, t.degraded_factor, t.degraded_min_seconds))
+
+
+def classify(model: str, route: str, now: Window, base: Window,
+             t: Thresholds = DEFAULT, alerting: AlertingConfig = AlertingConfig()
+             ) -> Finding | None:
+    """The finding for one (model, route), or None when its TTFT is not degraded.
+
+    Degraded: enough calls in both windows, and the TTFT or first-answer mean rose past
+    `degraded_factor` and `degraded_min_seconds`; or a tenant's TTFT did so while its cached
+    share fell (one tenant's cold cache barely moves its route's mean). Then the first cause
+    of CAUSES whose signals hold; `unknown` when none does.
+    """
+    if now.calls < t.min_calls or base.calls < t.min_calls:
+        return None
+    route_degraded = _rose(now.ttft, base.ttft, t.degraded_factor, t.degraded_min_seconds) or \
+        _rose(now.first_answer, base.first_answer, t.degraded_factor, t.degraded_min_seconds)
+    slower = slower_tenants(now, base, t)
+    cold = [tenant for tenant in cold_tenants(now, base, t) if tenant in slower]
+    if not route_degraded and not cold:
+        return None
+    evidence: dict[str, float] = {}
+
+    def note(name: str, a: float | None, b: float | None) -> None:
+        if a is not None:
+            evidence[f"{name}_now"] = round(a, 4)
+        if b is not None:
+            evidence[f"{name}_baseline"] = round(b, 4)
+
+    note("ttft_mean_seconds", now.ttft, base.ttft)
+    note("first_answer_mean_seconds", now.first_answer, base.first_answer)
+    evidence["calls_now"], evidence["calls_baseline"] = round(now.calls, 1), round(base.calls, 1)
+    compared = [x for x in now.tenant_calls if now.tenant_calls[x] >= t.tenant_min_calls]
+    evidence["tenants_slower"], evidence["tenants_compared"] = len(slower), len(compared)
+    few = slower if compared and len(slower) < len(compared) / 2 else []
+
+    connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
+    new_share = now.new_upstream_share
+    if (new_share is not None and new_share >= t.new_upstream_share) or \
+            _rose(*connect, t.connect_factor, t.connect_min_seconds):
+        cause, tenants = ROUTE_CHANGE, []
+        evidence["new_upstream_share"] = round(new_share or 0.0, 4)
+        note("connect_mean_seconds", *connect)
+        note("server_mean_seconds", now.phases.get(SERVER), base.phases.get(SERVER))
+    elif _rose(now.input_tokens, base.input_tokens, t.input_factor, 0.0) and \
+            _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0):
+        cause, tenants = PREFILL_SURGE, few
+        note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+        note("prefill_mean_seconds", now.phases.get(PREFILL), base.phases.get(PREFILL))
+    elif _rose(now.stall, base.stall, t.stall_factor, t.stall_min_seconds):
+        cause, tenants = NOISY_NEIGHBOUR, []
+        note("stall_mean_seconds", now.stall, base.stall)
+        note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+    elif cold:
+        cause, tenants = COLD_CACHE, cold
+        for tenant in cold:
+            note(f"cached_share[{tenant}]", now.cached_share.get(tenant),
+                 base.cached_share.get(tenant))
+            note(f"ttft_mean_seconds[{tenant}]", now.tenant_ttft.get(tenant), None)
+    else:
+        cause, tenants = UNKNOWN, few
+        note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+        note("stall_mean_seconds", now.stall, base.stall)
+        for phase in PHASES:
+            note(f"{phase}_mean_seconds", now.phases.get(phase), base.phases.get(phase))
+        evidence["new_upstream_share"] = round(new_share or 0.0, 4)
+    return Finding(model, route, cause, tenants, evidence,
+                   runbook_url(alerting, RUNBOOK[cause]))

@@ -1,0 +1,209 @@
+"""`ttft-exporter diagnose` and the `LLMTTFTLikelyCause` rules on scripted calls, read by two
+real Prometheus servers (classic and native histograms, each with its mode's generated rules).
+
+One model per failure mode, plus a calm one and one slowed by a client-side wait (the queue
+phase: a starved client) that fits no known cause. Each records the same calm calls for a
+baseline, then its degradation; both windows are 4 s (rule windows scaled 1/75: 5m -> 4 s). The
+calls are `CallTimeline`s recorded straight into the exporter's recorder, so every signal is
+exactly what the script says: this is the decision on real query results, without a demo's
+timing noise (tests/test_incident_day.py plays the demo's incidents).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from exporter import cli
+from exporter._internal import config_loader, runtime
+from exporter._internal.cause_rules import LIKELY_CAUSE
+from exporter._internal.generate import RULE_FILES, generate
+from exporter._internal.server import start_http_server
+from exporter._internal.timeline import CallTimeline
+from tests.support.prometheus import PrometheusServer, require_prometheus
+
+MS = 1_000_000  # ns
+WINDOW = 4.0
+SCALE = WINDOW / 300
+#: The rules compare the last 4 s with 4 s ending 10 s earlier: at the end of the script
+#: (8 s of degradation), that baseline is calm, and ends 2 s before the change.
+CONFIG = {"alerting": {"window_scale": SCALE, "tenant_window_seconds": 300,
+                       "tenant_baseline_offset_seconds": 750, "min_calls": 5}}
+SCRAPE = """
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: ttft-exporter
+    static_configs:
+      - targets: ["{target}"]
+"""
+#: model -> the cause diagnose must name (None: not degraded).
+EXPECTED = {"m-calm": None, "m-surge": "prefill_surge", "m-cold": "cold_cache",
+            "m-noisy": "noisy_neighbour", "m-route": "route_change", "m-client": "unknown"}
+TENANTS = ("t0", "t1", "t2", "t3")
+
+
+def scripted(model: str, tenant: str, degraded: bool) -> CallTimeline:
+    """One call of `model`; `degraded` plays its failure mode (EXPECTED)."""
+    bad = degraded and model != "m-calm"
+    queue = 400 if bad and model == "m-client" else 1
+    connect = 120 if bad and model == "m-route" else 0
+    server = {"m-route": 160, "m-noisy": 500}.get(model, 50) if bad else 50
+    surge, cold = bad and model == "m-surge", bad and model == "m-cold" and tenant == "t0"
+    prefill = 400 if surge else 350 if cold else 100
+    t = CallTimeline(start=0, model=model, provider="p", route="r", tenant=tenant)
+    t.dispatched = queue * MS
+    t.connected = t.dispatched + connect * MS
+    t.sent = t.connected + MS
+    t.headers = t.sent + server * MS
+    at = t.headers + prefill * MS
+    for i in range(10):
+        t.token(at)
+        at += (2000 if bad and model == "m-noisy" and i == 4 else 20) * MS
+    t.end = at
+    t.outcome = "ok"
+    t.input_tokens = 8000 if surge else 2000
+    t.cached_input_tokens = 0 if cold else 1200
+    t.output_tokens = 10
+    far = bad and model == "m-route"
+    t.upstream_address = "10.9.9.9:443" if far else "10.0.0.1:443"
+    t.upstream_region, t.fingerprint = ("far" if far else "near"), "fp_1"
+    return t
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    require_prometheus()
+    out = tmp_path_factory.mktemp("diagnose")
+    proms: dict[str, PrometheusServer] = {}
+    cfg = config_loader.load(CONFIG)
+    runtime.configure(cfg)
+    server = start_http_server(port=0)
+    target = server.url.split("//", 1)[1].split("/", 1)[0]
+    stop, degraded = threading.Event(), threading.Event()
+
+    def feed() -> None:  # every model and tenant about 4 calls/s; t0 of m-cold twice that
+        recorder = runtime.state().recorder
+        while not stop.wait(0.25):
+            for model in EXPECTED:
+                for tenant in TENANTS + (("t0",) if model == "m-cold" else ()):
+                    recorder.record_call(scripted(model, tenant, degraded.is_set()))
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    try:
+        for mode in ("classic", "native"):
+            mode_cfg = config_loader.load({**CONFIG, "dashboards": {"histograms": mode}})
+            generate(mode_cfg, out / mode)
+            rules = [out / mode / "alerts" / f for f in RULE_FILES]
+            flags = ["--enable-feature=native-histograms"] if mode == "native" else []
+            proms[mode] = PrometheusServer(SCRAPE.format(target=target), rule_files=rules,
+                                           extra_flags=flags)
+        for prom in proms.values():
+            prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
+        feeder.start()
+        time.sleep(2 * WINDOW)  # paces the script: the calm baseline, then the degradation
+        changed = time.time()
+        degraded.set()
+        time.sleep(WINDOW + 4)  # a full window of it, and the alerts' `for` (1.6 s)
+        at = time.time()
+        alerts = {mode: prom.alerts() for mode, prom in proms.items()}  # as they are at `at`
+        yield {"proms": proms, "at": at, "changed": changed, "alerts": alerts}
+    finally:
+        stop.set()
+        for prom in proms.values():
+            prom.stop()
+        server.stop()
+        runtime.configure(None)
+
+
+def diagnose_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter.cli", "diagnose", "--prometheus",
+                           url, *args], capture_output=True, text=True, timeout=60)
+
+
+def windows(run: dict[str, Any]) -> list[str]:
+    """The last 4 s of the script against the 4 s before the degradation."""
+    return ["--at", f"{run['at']:.3f}", "--since", f"{WINDOW:g}s", "--baseline",
+            f"{WINDOW:g}s", "--baseline-at", f"{run['changed']:.3f}", "--min-calls", "5"]
+
+
+@pytest.mark.parametrize("mode", ["classic", "native"])
+def test_diagnose_names_each_scripted_cause(run: dict[str, Any], mode: str) -> None:
+    proc = diagnose_cli(run["proms"][mode].url, "--json", *windows(run))
+    assert proc.returncode == 0, proc.stderr
+    findings = json.loads(proc.stdout)
+    got = {f["model"]: f["cause"] for f in findings}
+    assert got == {m: c for m, c in EXPECTED.items() if c}, findings
+    by_model = {f["model"]: f for f in findings}
+    assert by_model["m-cold"]["tenants"] == ["t0"]
+    assert by_model["m-noisy"]["tenants"] == [] and by_model["m-route"]["tenants"] == []
+    for f in findings:
+        assert set(f) >= {"model", "route", "cause", "tenants", "evidence", "runbook"}
+        assert f["route"] == "r" and f["runbook"].startswith("https://")
+        assert all(isinstance(v, (int, float)) for v in f["evidence"].values())
+    assert by_model["m-surge"]["evidence"]["input_tokens_per_call_now"] == pytest.approx(8000)
+    assert by_model["m-surge"]["evidence"]["input_tokens_per_call_baseline"] == \
+        pytest.approx(2000)
+    assert by_model["m-route"]["evidence"]["new_upstream_share"] == pytest.approx(1.0)
+    assert by_model["m-cold"]["evidence"]["cached_share[t0]_now"] == 0
+
+
+def test_diagnose_is_quiet_over_the_calm_baseline(run: dict[str, Any]) -> None:
+    proc = diagnose_cli(run["proms"]["classic"].url, "--json", "--at", f"{run['changed']:.3f}",
+                        "--since", "3s", "--baseline", "3s", "--min-calls", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+def test_the_table_names_the_cause_and_the_tenants(run: dict[str, Any]) -> None:
+    proc = diagnose_cli(run["proms"]["classic"].url, *windows(run), "--model", "m-cold")
+    assert proc.returncode == 0, proc.stderr
+    assert "m-cold / r: cold_cache  (t0)" in proc.stdout, proc.stdout
+    assert "cached_share[t0]" in proc.stdout and "runbook: https://" in proc.stdout
+
+
+@pytest.mark.parametrize("mode", ["classic", "native"])
+def test_the_rules_record_and_alert_the_same_causes(run: dict[str, Any], mode: str) -> None:
+    prom = run["proms"][mode]
+    recorded = {(r["metric"]["model"], r["metric"]["cause"], r["metric"].get("tenant"))
+                for r in prom.query(LIKELY_CAUSE, at=run["at"])}
+    assert recorded == {(m, c, "t0" if c == "cold_cache" else None)
+                        for m, c in EXPECTED.items() if c}, recorded
+    alerts = run["alerts"][mode]
+    firing = {(a["labels"]["model"], a["labels"]["cause"]) for a in alerts
+              if a["labels"]["alertname"] == "LLMTTFTLikelyCause" and a["state"] == "firing"}
+    assert firing == {(m, c) for m, c in EXPECTED.items() if c}, firing
+    cold = next(a for a in alerts if a["labels"].get("cause") == "cold_cache")
+    assert "tenant t0" in cold["annotations"]["description"]
+
+
+def test_unreachable_prometheus_and_bad_arguments_are_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    closed = diagnose_cli("http://127.0.0.1:9")  # the discard port: nothing listens
+    assert closed.returncode == 2 and closed.stdout == ""
+    assert closed.stderr.startswith("ttft-exporter diagnose: cannot query Prometheus at "
+                                    "http://127.0.0.1:9"), closed.stderr
+    assert len(closed.stderr.splitlines()) == 1
+    # The bad arguments in-process (cli.main's status is the process's: `sys.exit(main())`),
+    # sparing an interpreter start each.
+    for url, args, says in (("http://127.0.0.1:9", ["--since", "soon"], "not a duration: 'soon'"),
+                            ("http://127.0.0.1:9", ["--at", "yesterday"],
+                             "not a time: 'yesterday'"),
+                            ("127.0.0.1:9090", [], "must be an http(s) URL")):
+        assert cli.main(["diagnose", "--prometheus", url, *args]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and says in err and len(err.splitlines()) == 1, err
+
+
+def test_a_prometheus_without_the_exporters_data_is_an_error(run: dict[str, Any]) -> None:
+    proc = diagnose_cli(run["proms"]["classic"].url, "--model", "no-such-model")
+    assert proc.returncode == 2
+    assert "has no llm_client_time_to_first_token_seconds series matching" in proc.stderr
