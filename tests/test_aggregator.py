@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
 import json
 import os
 import random
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +22,7 @@ from exporter._internal import names, push, wire
 from exporter._internal.aggregator import Aggregator
 from exporter._internal.config import AggregatorConfig, Config, ConfigError, PushConfig
 from exporter._internal.config_loader import load
+from exporter._internal.demo.far_region import self_signed
 from exporter._internal.exposition import Renderer
 from exporter._internal.histogram import quantiles_of
 from exporter._internal.recorder import Recorder
@@ -418,40 +417,6 @@ async def test_metrics_can_require_a_token_or_basic_auth(tmp_path):
         assert (await client.get("/healthz")).status == 200  # probes need no credentials
     finally:
         await client.close()
-
-
-def self_signed(tmp_path):
-    """A self-signed certificate for 127.0.0.1 (cryptography, else the openssl CLI)."""
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    try:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import NameOID
-        import ipaddress
-    except ImportError:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
-                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                        "-keyout", str(key), "-out", str(cert)], check=True,
-                       capture_output=True)
-        return cert, key
-    private = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                   .public_key(private.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.SubjectAlternativeName(
-                       [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                   .sign(private, hashes.SHA256()))
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key.write_bytes(private.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    return cert, key
 
 
 def test_tls_serves_metrics_and_takes_pushes(tmp_path):

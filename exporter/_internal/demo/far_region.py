@@ -41,8 +41,9 @@ def tls_available() -> bool:
     return shutil.which("openssl") is not None
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1, valid for a week, that is its own CA."""
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, valid for a week, that is its own CA (cryptography, else
+    the openssl command); also the TLS tests' certificate."""
     cert, key = directory / "far.crt", directory / "far.key"
     try:
         from cryptography import x509
@@ -100,7 +101,7 @@ async def start_far_region(app: web.Application, one_way: float = ONE_WAY_SECOND
                            shutdown_timeout: float = 1.0) -> FarRegion:
     """Serve `app` over TLS on loopback behind a relay that adds `one_way` each way."""
     directory = tempfile.TemporaryDirectory(prefix="ttft-demo-far-")
-    cert, key = _self_signed(Path(directory.name))
+    cert, key = self_signed(Path(directory.name))
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     runner, tls_port = await http_thread.serve(app, "127.0.0.1", 0, ssl_context=server_tls,
