@@ -39,7 +39,8 @@ from exporter._internal.tasks import step_of
 from exporter._internal.timeline import derive
 from exporter._internal.panels import TOP
 from tests import test_shim_support as support
-from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
+from tests.support.prometheus import (PrometheusServer, grafana_expr, require_prometheus,
+                                      scrape_config)
 from tests.support.timing import timing
 from tests.test_dashboards import AGENTS_UID, panels
 from tests.test_shim_support import Recorded, assert_near, script
@@ -213,15 +214,6 @@ def run_report(base_url: str) -> Task:
         gc.enable()
 
 
-SCRAPE = """
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: {job}
-    static_configs:
-      - targets: ["{target}"]
-"""
 #: Both histogram modes (dashboards.histograms): Prometheus flags, and where their files go.
 MODES = {"classic": [], "native": ["--enable-feature=native-histograms"]}
 
@@ -244,7 +236,7 @@ def test_a_12_step_task_on_metrics_and_on_the_agent_dashboard(server, instrument
     far_relay = RelayThread(port_of(server), ONE_WAY, log=True)
     try:
         target = exporter_server.url.split("//", 1)[1].split("/", 1)[0]
-        scrape = SCRAPE.format(job=cfg.alerting.exporter_job, target=target)
+        scrape = scrape_config(target, job=cfg.alerting.exporter_job)
         with contextlib.ExitStack() as stack:
             stack.enter_context(near_relay)
             stack.enter_context(far_relay)

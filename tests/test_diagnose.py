@@ -27,7 +27,7 @@ from exporter._internal.cause_rules import LIKELY_CAUSE
 from exporter._internal.generate import RULE_FILES, generate
 from exporter._internal.server import start_http_server
 from exporter._internal.timeline import CallTimeline
-from tests.support.prometheus import PrometheusServer, require_prometheus
+from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 
 MS = 1_000_000  # ns
 WINDOW = 4.0
@@ -36,15 +36,6 @@ SCALE = WINDOW / 300
 #: (8 s of degradation), that baseline is calm, and ends 2 s before the change.
 CONFIG = {"alerting": {"window_scale": SCALE, "tenant_window_seconds": 300,
                        "tenant_baseline_offset_seconds": 750, "min_calls": 5}}
-SCRAPE = """
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: ttft-exporter
-    static_configs:
-      - targets: ["{target}"]
-"""
 #: model -> the cause diagnose must name (None: not degraded).
 EXPECTED = {"m-calm": None, "m-surge": "prefill_surge", "m-cold": "cold_cache",
             "m-noisy": "noisy_neighbour", "m-route": "route_change", "m-client": "unknown"}
@@ -104,7 +95,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             generate(mode_cfg, out / mode)
             rules = [out / mode / "alerts" / f for f in RULE_FILES]
             flags = ["--enable-feature=native-histograms"] if mode == "native" else []
-            proms[mode] = PrometheusServer(SCRAPE.format(target=target), rule_files=rules,
+            proms[mode] = PrometheusServer(scrape_config(target), rule_files=rules,
                                            extra_flags=flags)
         for prom in proms.values():
             prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)

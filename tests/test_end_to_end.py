@@ -10,22 +10,13 @@ import bisect
 from exporter._internal import names
 from exporter._internal.histogram import Histogram
 from tests.support.demo_load import DemoLoad
-from tests.support.prometheus import PrometheusServer, require_prometheus
+from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 
-SCRAPE = """
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: ttft-exporter
-    static_configs:
-      - targets: ["{target}"]
-"""
 
 
 def test_prometheus_agrees_with_the_exporter_under_demo_load():
     require_prometheus()
-    with DemoLoad(rate=12) as demo, PrometheusServer(SCRAPE.format(target=demo.target)) as prom:
+    with DemoLoad(rate=12) as demo, PrometheusServer(scrape_config(demo.target)) as prom:
         prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
         prom.wait_for(f"sum({names.TTFT.name}_count) > 150", timeout=60)
         demo.stop_load()

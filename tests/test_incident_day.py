@@ -29,7 +29,8 @@ from exporter._internal.generate import RULE_FILES, generate
 from exporter._internal.panels import TOP
 from tests.support import skip_or_fail
 from tests.support.demo_load import DemoLoad
-from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
+from tests.support.prometheus import (PrometheusServer, grafana_expr, require_prometheus,
+                                      scrape_config)
 from tests.test_alerts import recorded_names
 from tests.test_dashboards import CALL_UIDS
 
@@ -44,15 +45,6 @@ CONFIG = {
                  "regression_offset_seconds": 4800,  # 40 s: "last week" is before the change
                  "min_calls": 5},
 }
-SCRAPE = """
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: {job}
-    static_configs:
-      - targets: ["{target}"]
-"""
 RATE_INTERVAL = "5s"  # Grafana's $__rate_interval at a 1 s scrape, over the whole day
 STEP = 2.0
 
@@ -71,7 +63,7 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     log: list[str] = []
     # Answers a third as long: the SDKs' per-chunk parsing is what costs CPU on a shared box.
     with DemoLoad(rate=10.0, far_region=True, model=LatencyModel.default().shorter(0.3)) as demo:
-        scrape = SCRAPE.format(job=cfg.alerting.exporter_job, target=demo.target)
+        scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job)
         with PrometheusServer(scrape, rule_files=rules) as prom:
             prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
             # The neighbour's freezes compressed too: 3 s out of every 3.5 (the test's answers

@@ -26,20 +26,12 @@ from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
 from exporter._internal.histogram import Layout
 from exporter._internal.native import error_bound
 from tests.support import fleet_pod
-from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
+from tests.support.prometheus import (PrometheusServer, grafana_expr, require_prometheus,
+                                      scrape_config)
 from tests.test_alerts import recorded_names
 from tests.test_dashboards import UIDS, panels
 from tests.test_push_processes import Serve
 
-SCRAPE = """
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: ttft-exporter
-    static_configs:
-      - targets: {targets}
-"""
 US = 1_000_000
 TTFT = names.TTFT.name
 
@@ -103,7 +95,7 @@ def test_a_fleet_of_three_on_prometheus_with_native_histograms(tmp_path: Path) -
             assert time.monotonic() < deadline, "the push worker's warm-up did not arrive"
             time.sleep(0.1)  # polling the aggregator, which merges pushes every 0.2 s
         targets = [u.split("//", 1)[1].split("/", 1)[0] for u in urls]
-        with PrometheusServer(SCRAPE.format(targets=targets), rule_files=rules,
+        with PrometheusServer(scrape_config(*targets), rule_files=rules,
                               extra_flags=["--enable-feature=native-histograms"]) as prom:
             warm = 3 * (fleet_pod.CALLS // 10)
             prom.wait_for(f"histogram_count(sum({TTFT}))", timeout=30,

@@ -36,6 +36,15 @@ PROMTOOL = "promtool"
 _LISTENING = re.compile(r'msg="Listening on".*?address=(\S+)')
 
 
+def scrape_config(*targets: str, job: str = "ttft-exporter") -> str:
+    """A Prometheus config scraping `targets` (host:port) every second, rules evaluated every
+    second: the tests' compressed time."""
+    listed = ", ".join(f'"{t}"' for t in targets)
+    return ("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"scrape_configs:\n  - job_name: {job}\n"
+            f"    static_configs:\n      - targets: [{listed}]\n")
+
+
 def require_prometheus() -> None:
     """Skip the calling test when prometheus/promtool are missing; fail instead on CI.
 
