@@ -1,8 +1,9 @@
 """`ttft-exporter diagnose` and the `LLMTTFTLikelyCause` rules on scripted calls, read by two
 real Prometheus servers (classic and native histograms, each with its mode's generated rules).
 
-One model per failure mode, plus a calm one and one slowed by a client-side wait (the queue
-phase: a starved client) that fits no known cause. Each records the same calm calls for a
+One model per failure mode, plus a calm one, one slowed by a client-side wait (the queue
+phase: a starved client) that fits no known cause, and one whose mean rises within its own
+noise (a fifth, then a third of its calls uncached: not degraded). Each records the same calm calls for a
 baseline, then its degradation; both windows are 4 s (rule windows scaled 1/75: 5m -> 4 s). The
 calls are `CallTimeline`s recorded straight into the exporter's recorder, so every signal is
 exactly what the script says: this is the decision on real query results, without a demo's
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -24,6 +26,8 @@ import pytest
 from exporter import cli
 from exporter._internal import config_loader, runtime
 from exporter._internal.cause_rules import LIKELY_CAUSE
+from exporter._internal.causes import standard_error
+from exporter._internal.diagnose import Prometheus, _windows
 from exporter._internal.generate import RULE_FILES, generate
 from exporter._internal.server import start_http_server
 from exporter._internal.timeline import CallTimeline
@@ -38,18 +42,23 @@ CONFIG = {"alerting": {"window_scale": SCALE, "tenant_window_seconds": 300,
                        "tenant_baseline_offset_seconds": 750, "min_calls": 5}}
 #: model -> the cause diagnose must name (None: not degraded).
 EXPECTED = {"m-calm": None, "m-surge": "prefill_surge", "m-cold": "cold_cache",
-            "m-noisy": "noisy_neighbour", "m-route": "route_change", "m-client": "unknown"}
+            "m-noisy": "noisy_neighbour", "m-route": "route_change", "m-client": "unknown",
+            "m-mixed": None}
 TENANTS = ("t0", "t1", "t2", "t3")
 
 
-def scripted(model: str, tenant: str, degraded: bool) -> CallTimeline:
-    """One call of `model`; `degraded` plays its failure mode (EXPECTED)."""
-    bad = degraded and model != "m-calm"
+def scripted(model: str, tenant: str, degraded: bool, n: int = 1) -> CallTimeline:
+    """Call `n` of `model`; `degraded` plays its failure mode (EXPECTED). m-mixed's calls are
+    two kinds, 0.15 s and 2.05 s (an uncached prompt): every fifth call slow, then every
+    third."""
+    bad = degraded and model not in ("m-calm", "m-mixed")
     queue = 400 if bad and model == "m-client" else 1
     connect = 120 if bad and model == "m-route" else 0
     server = {"m-route": 160, "m-noisy": 500}.get(model, 50) if bad else 50
     surge, cold = bad and model == "m-surge", bad and model == "m-cold" and tenant == "t0"
     prefill = 400 if surge else 350 if cold else 100
+    if model == "m-mixed" and n % (3 if degraded else 5) == 0:
+        prefill = 2000
     t = CallTimeline(start=0, model=model, provider="p", route="r", tenant=tenant)
     t.dispatched = queue * MS
     t.connected = t.dispatched + connect * MS
@@ -83,10 +92,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
     def feed() -> None:  # every model and tenant about 4 calls/s; t0 of m-cold twice that
         recorder = runtime.state().recorder
+        calls = dict.fromkeys(EXPECTED, 0)
         while not stop.wait(0.25):
             for model in EXPECTED:
                 for tenant in TENANTS + (("t0",) if model == "m-cold" else ()):
-                    recorder.record_call(scripted(model, tenant, degraded.is_set()))
+                    calls[model] += 1
+                    recorder.record_call(scripted(model, tenant, degraded.is_set(),
+                                                  calls[model]))
 
     feeder = threading.Thread(target=feed, daemon=True)
     try:
@@ -145,6 +157,19 @@ def test_diagnose_names_each_scripted_cause(run: dict[str, Any], mode: str) -> N
         pytest.approx(2000)
     assert by_model["m-route"]["evidence"]["new_upstream_share"] == pytest.approx(1.0)
     assert by_model["m-cold"]["evidence"]["cached_share[t0]_now"] == 0
+
+
+def test_a_rise_within_its_own_noise_is_not_degraded(run: dict[str, Any]) -> None:
+    """m-mixed's mean rose past the factor and the floor (1.25x, 0.1 s), by fewer than three
+    standard errors: no finding (the test above), no recording, no alert (the rules test)."""
+    prom = Prometheus(run["proms"]["classic"].url)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        now = _windows(prom, run["at"], WINDOW, ['model="m-mixed"'], False, pool)
+        base = _windows(prom, run["changed"], WINDOW, ['model="m-mixed"'], False, pool)
+    now_w, base_w = now[("m-mixed", "r")], base[("m-mixed", "r")]
+    assert now_w.ttft >= 1.25 * base_w.ttft and now_w.ttft - base_w.ttft >= 0.1, (now_w, base_w)
+    error = standard_error(now_w, base_w, "ttft_spread")
+    assert 0 < now_w.ttft - base_w.ttft < 3 * error, (now_w, base_w, error)
 
 
 def test_diagnose_is_quiet_over_the_calm_baseline(run: dict[str, Any]) -> None:

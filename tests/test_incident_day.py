@@ -1,50 +1,41 @@
 """The incident day end to end: the demo (provider, far region, load through the real SDKs,
 exporter) plays its four incidents on a compressed schedule while a real Prometheus scrapes it
 every second with the generated rules loaded (windows scaled 1/120: 1h -> 30 s). Then every
-panel query and every rule is evaluated over the whole day and asserted sane, and each
-incident must have moved the panels docs/runbooks.md lists for it, on its target only.
+panel query and every rule is evaluated over the whole day and asserted sane, each incident
+must have moved the panels docs/runbooks.md lists for it, on its target only, and both
+`ttft-exporter diagnose` and LLMTTFTLikelyCause must name each incident's cause on its target,
+and nothing on the calm or off target.
 
-Schedule (seconds): calm 0-20, prefill surge 20-35, cold cache 35-50, noisy neighbour 50-65,
-route change 65-80, calm 80-85. ~2 minutes in all, most of it the day itself. Thresholds are
-far from the effects (a 4x surge, 100 ms round trips, seconds-long freezes): a shared, loaded
-machine adds event-loop lag to every phase the SDKs measure.
+Schedule (seconds): calm 0-40, prefill surge 40-60, cold cache 60-80, noisy neighbour 80-100,
+route change 100-120, calm 120-125. ~2.5 minutes in all, most of it the day itself. Thresholds
+are far from the effects (an 8x surge, 100 ms round trips, seconds-long freezes): a shared,
+loaded machine adds event-loop lag to every phase the SDKs measure.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import time
+from dataclasses import replace
 from statistics import median
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from exporter._internal import config_loader, names, runtime
+from exporter._internal import config_loader, runtime
+from exporter._internal.causes import DEFAULT, SIGNALS_BY_KEY, UNKNOWN
 from exporter._internal.demo.far_region import tls_available
-from exporter._internal.demo.incidents import INCIDENTS, IncidentDay
-from exporter._internal.demo.latency import LatencyModel
+from exporter._internal.demo.incidents import INCIDENTS
+from exporter._internal.diagnose import Prometheus, Request, diagnose
 from exporter._internal.generate import RULE_FILES, generate
 from exporter._internal.panels import TOP
 from tests.support import skip_or_fail
-from tests.support.demo_load import DemoLoad
-from tests.support.prometheus import (PrometheusServer, grafana_expr, require_prometheus,
-                                      scrape_config)
+from tests.support.incident_day import CALM, CONFIG, PHASE, WINDOW, played_day
+from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
 from tests.test_alerts import recorded_names
 from tests.test_dashboards import CALL_UIDS
 
-CALM, PHASE, AFTER = 20.0, 15.0, 5.0
-SCALE = 1 / 120
-CONFIG = {
-    # The cold-cache incident shows on one tenant's cached share only with tenant on tokens.
-    "labels": {"tenant_families": [names.INPUT_TOKENS.name, names.CACHED_INPUT_TOKENS.name]},
-    "alerting": {"window_scale": SCALE,
-                 "tenant_window_seconds": 1200,  # 10 s: enough calls per tenant at 10 calls/s
-                 "tenant_baseline_offset_seconds": 3600,  # 30 s back: before the incident
-                 "regression_offset_seconds": 4800,  # 40 s: "last week" is before the change
-                 "min_calls": 5},
-}
 RATE_INTERVAL = "5s"  # Grafana's $__rate_interval at a 1 s scrape, over the whole day
 STEP = 2.0
 
@@ -60,23 +51,9 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     runtime.configure(cfg)
     generate(cfg, out)
     rules = [out / "alerts" / name for name in RULE_FILES]
-    log: list[str] = []
-    # Answers a third as long: the SDKs' per-chunk parsing is what costs CPU on a shared box.
-    with DemoLoad(rate=10.0, far_region=True, model=LatencyModel.default().shorter(0.3)) as demo:
-        scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job)
-        with PrometheusServer(scrape, rule_files=rules) as prom:
-            prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
-            # The neighbour's freezes compressed too: 3 s out of every 3.5 (the test's answers
-            # are short, and a stream stalls only when a freeze starts while it runs).
-            demo.knobs.freeze_seconds, demo.knobs.freeze_every_seconds = 3.0, 3.5
-            schedule = IncidentDay(demo.knobs, CALM, PHASE, out=log.append,
-                                   recover_seconds=AFTER)
-            start = time.time()
-            demo.play(schedule).result(timeout=schedule.seconds + 60)
-            end = time.time()
-            demo.stop_load()  # the day is over: the tests read what Prometheus recorded
-            yield {"prom": prom, "cfg": cfg, "out": out, "start": start, "end": end,
-                   "log": log, "schedule": schedule}
+    with played_day(cfg, rules) as played:
+        yield {"prom": played.prom, "cfg": cfg, "out": out, "start": played.start,
+               "end": played.end, "log": played.log, "schedule": played.schedule}
     runtime.configure(None)
 
 
@@ -303,3 +280,109 @@ MOVES = {
     "noisy_neighbour": ("Stall p99 by model and route", "Share of tenants slower than before"),
     "route_change": ("Connect p99 by model and route", "Server p99 by model and route"),
 }
+
+
+# --- diagnose and LLMTTFTLikelyCause: the same Prometheus, each incident named ----------------
+
+#: Seconds skipped at a phase's start: calls started before it end in its first seconds.
+SKIP = 4.0
+#: Calls a (model, route) needs in each window: each gets ~1.1 calls/s, ~18 in a 16 s incident
+#: window and fewer while a tenant idles. The decision's standard-error gate, not this
+#: minimum, keeps a few calls' noise from reading as a rise.
+MIN_CALLS = 5
+
+#: How long after its phase an incident may still be named: its last calls end (a surged
+#: prompt on deepseek-r1 takes seconds), the rules' windows follow and their chain (signals,
+#: decision, alert: a few evaluations of 1 s, more on a loaded machine), and a cold tenant's
+#: caches rewarm.
+TAIL = 2 * WINDOW + 5
+
+#: Each incident's target: the findings that may name its cause (and its tenants).
+TARGETS = {
+    "prefill_surge": lambda f: f["route"] == "search",
+    "cold_cache": lambda f: f["tenants"] == ["tenant-01"],
+    "noisy_neighbour": lambda f: f["model"] == "llama-3-8b" and f["tenants"] == [],
+    "route_change": lambda f: f["model"] == "deepseek-r1" and f["tenants"] == [],
+}
+
+
+def live(d: dict[str, Any], start: float, end: float) -> list[str]:
+    """The incidents whose phase, or its TAIL, overlaps [start, end] (seconds into the day)."""
+    return [p.incident for p in d["schedule"].phases
+            if p.incident and p.start <= end and start <= p.start + p.seconds + TAIL]
+
+
+def acceptable(f: dict[str, Any], incidents: list[str]) -> bool:
+    """A named cause is right only as the cause of a live incident, on its target.
+    `unknown` (a rise that fits no cause: the decision names nothing) is accepted while an
+    incident is live, anywhere: one process runs the load, the provider and the
+    exporter on a shared machine, and an incident moves more than its target (a cold tenant's
+    caches rewarm after its phase, on every model). In the calm, nothing is accepted."""
+    if f["cause"] == UNKNOWN:
+        return bool(incidents)
+    return any(TARGETS[i](f) and f["cause"] == i for i in incidents)
+
+
+def diagnosed(d: dict[str, Any], at: float, since: float, baseline_at: float,
+              baseline: float) -> list[dict[str, Any]]:
+    """diagnose's findings (as `--json` prints them) over the `since` seconds ending `at`
+    (seconds into the day) against the `baseline` seconds ending `baseline_at`: a post-mortem
+    of the day chooses its baseline, the calm, as `--baseline-at` does. In-process: the
+    command line's contract is tests/test_diagnose.py's; here a run is the decision on the
+    day's real Prometheus, without an interpreter start-up per incident."""
+    start = d["start"]
+    req = Request(at=start + at, since=since, baseline=baseline, baseline_at=start + baseline_at)
+    return [f.as_json() for f in diagnose(Prometheus(d["prom"].url), req,
+                                          replace(DEFAULT, min_calls=MIN_CALLS))]
+
+
+def test_diagnose_finds_nothing_in_the_calm(day: dict[str, Any]) -> None:
+    """The calm's second half against its first: nothing, on every (model, route) with enough
+    calls in both halves; and there are such (model, route)s, or this would pass on a
+    diagnose that compared nothing."""
+    half = (CALM - SKIP) / 2
+    assert diagnosed(day, CALM, half, CALM - half, half) == []
+    calls = SIGNALS_BY_KEY["calls"].expr(f"{half:g}s", [], ["model", "route"])
+    compared = [{(r["metric"]["model"], r["metric"]["route"]) for r in
+                 day["prom"].query(f"{calls} >= {MIN_CALLS}", at=day["start"] + at)}
+                for at in (CALM, CALM - half)]
+    assert len(compared[0] & compared[1]) >= 6, compared
+
+
+@pytest.mark.parametrize("incident", list(INCIDENTS))
+def test_diagnose_names_each_incidents_cause_on_its_target_only(
+        day: dict[str, Any], incident: str) -> None:
+    """The incident (from SKIP in) against the calm: its cause on its target, and no cause
+    named anywhere else (but the previous incident's, on its target, in its TAIL)."""
+    phase = next(p for p in day["schedule"].phases if p.incident == incident)
+    end = phase.start + phase.seconds
+    findings = diagnosed(day, end, phase.seconds - SKIP, CALM, CALM - SKIP)
+    on = [f for f in findings if f["cause"] == incident and TARGETS[incident](f)]
+    wrong = [f for f in findings if not acceptable(f, live(day, phase.start + SKIP, end))]
+    assert on and not wrong, json.dumps(findings, indent=1)
+
+
+def test_the_likely_cause_alert_names_each_incident_on_its_target_only(
+        day: dict[str, Any]) -> None:
+    """LLMTTFTLikelyCause (the rules' decision: the last 10 s against the 10 s one phase
+    earlier) fired with each incident's cause on its target while it was live (its phase and
+    TAIL); and, at every second of the day, named no cause off the target of a live
+    incident, and nothing at all in the calm (from when the rules compare the calm with
+    itself: one window and the offset in)."""
+    prom, start = day["prom"], day["start"]
+    seen = {name: 0 for name in INCIDENTS}
+    wrong = []
+    for series in prom.query_range(
+            'ALERTS{alertname="LLMTTFTLikelyCause", alertstate="firing"}',
+            start + WINDOW + PHASE, day["end"], 1.0):
+        m = series["metric"]
+        f = {"model": m["model"], "route": m["route"], "cause": m["cause"],
+             "tenants": [m["tenant"]] if "tenant" in m else []}
+        for at, _ in series["values"]:
+            t = float(at) - start
+            if not acceptable(f, live(day, t, t)):
+                wrong.append((round(t), f))
+            elif f["cause"] in seen:
+                seen[f["cause"]] += 1
+    assert not wrong, wrong
+    assert all(seen.values()), seen

@@ -16,8 +16,8 @@ from typing import Any
 
 from . import names
 from .causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, NOISY_NEIGHBOUR, PREFILL,
-                     PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, UNKNOWN, Thresholds,
-                     new_upstream_share)
+                     PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, SPREAD_IN_SD, UNKNOWN,
+                     Thresholds, new_upstream_share)
 from .config import AlertingConfig, Config
 from .promql import by, duration, eq, is_native, kept, num, scope_matchers, selector
 
@@ -51,7 +51,8 @@ def _name(key: str, window: str, offset: str = "") -> str:
     level = ("model" if s.per_model else "model_route") + ("_tenant" if s.tenant else "") + \
         ("_phase" if s.phase else "")
     metric = s.family.name if s.family is not None else names.USAGE_CACHED_INPUT_TOKENS
-    op = {"calls": "calls", "mean": "mean", "cached_share": "cached_share"}[s.kind]
+    op = {"calls": "calls", "mean": "mean", "spread": "p10_p90_spread",
+          "cached_share": "cached_share"}[s.kind]
     return f"{level}:{metric}:{op}{window}{f'_offset{offset}' if offset else ''}"
 
 
@@ -111,9 +112,22 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
         a, b = now(key, *extra), base(key, *extra)
         return f"({a} >= {num(factor)} * {b})\nand ({a} - {b} >= {num(floor)})"
 
+    def variance(of: Callable[..., str], spread: str) -> str:
+        """A window's variance of the mean, from its spread (0 without buckets to read)."""
+        return (f"(({of(spread)} or {on} 0 * {of('calls')}) / {num(SPREAD_IN_SD)}) ^ 2\n"
+                f"/ {of('calls')}")
+
+    def rose_clearly(key: str, factor: float, floor: float) -> str:
+        """causes._rose_clearly: the rise past `factor`, `floor` and degraded_z standard
+        errors of the difference of the means."""
+        spread = f"{key}_spread"
+        return (f"{rose(key, factor, floor)}\n"
+                f"and ({now(key)} - {base(key)} >= {num(t.degraded_z)} * sqrt(\n"
+                f"{variance(now, spread)}\n+ {variance(base, spread)}\n))")
+
     enough = (f"({now('calls')} >= {t.min_calls})\nand {on} ({base('calls')} >= {t.min_calls})")
-    slower = (f"({rose('ttft', t.degraded_factor, t.degraded_min_seconds)})\nor\n"
-              f"({rose('first_answer', t.degraded_factor, t.degraded_min_seconds)})")
+    slower = (f"({rose_clearly('ttft', t.degraded_factor, t.degraded_min_seconds)})\nor\n"
+              f"({rose_clearly('first_answer', t.degraded_factor, t.degraded_min_seconds)})")
     # A tenant's TTFT now against its (model, route)'s baseline (causes.slower_tenants).
     group = f"{on} group_left ()"
     tenant_slower = (
@@ -125,7 +139,12 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
                    f"and ({now('cached_share')} <= {num(t.cache_ratio)} * "
                    f"{base('cached_share')})")
     model_tenant = [*(label for label in keep if label != names.ROUTE), names.TENANT]
-    cold_slower = f"({tenant_slower})\nand on ({by(model_tenant)})\n({tenant_cold})"
+    # "its TTFT rose, others' did not": at most half of the compared tenants (or one) slower.
+    compared = f"count by ({by(keep)}) ({now('tenant_calls')} >= {t.tenant_min_calls})"
+    few = (f"count by ({by(keep)}) (\n{tenant_slower}\n)\n<= {on}\n"
+           f"clamp_min(0.5 * {compared}, 1)")
+    cold_slower = (f"({tenant_slower})\nand on ({by(model_tenant)})\n({tenant_cold})\n"
+                   f"and {on}\n({few})")
     cold = f"count by ({by(keep)}) (\n{cold_slower}\n)"
     degraded = f"(\n({slower})\nor\n{cold}\n)\nand {on}\n({enough})"
     model_on = f"on ({by([label for label in keep if label != names.ROUTE])})"
@@ -134,8 +153,13 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
     pre = eq(names.PHASE, PREFILL)
     conditions: dict[str, Callable[[], str]] = {
         PREFILL_SURGE: lambda: (
-            f"({rose('input_tokens', t.input_factor, 0.0)})\n"
-            f"and {on}\nsum by ({by(keep)}) ({rose('phase', t.prefill_factor, 0.0, pre)})"),
+            f"({rose_clearly('input_tokens', t.input_factor, 0.0)})\n"
+            f"and {on}\nsum by ({by(keep)}) ({rose('phase', t.prefill_factor, 0.0, pre)})\n"
+            # in proportion: the prefill grew at most prefill_excess x as much as the prompts
+            f"and {on}\n(sum by ({by(keep)}) ({now('phase', pre)})\n"
+            f"/ sum by ({by(keep)}) ({base('phase', pre)})\n"
+            f"<= {on} {num(t.prefill_excess)} * ({now('input_tokens')} / "
+            f"{base('input_tokens')}))"),
         NOISY_NEIGHBOUR: lambda: rose("stall", t.stall_factor, t.stall_min_seconds),
     }
     out: list[dict[str, Any]] = []

@@ -20,12 +20,13 @@ histogram modes, and steadier than a p99 over a few calls.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import names
 from .config import AlertingConfig
-from .promql import by, histogram_rate, regex, runbook_url, selector
+from .promql import by, histogram_rate, quantile, regex, runbook_url, selector
 
 PREFILL_SURGE = "prefill_surge"
 COLD_CACHE = "cold_cache"
@@ -63,6 +64,10 @@ class Thresholds:
     #: TTFT (or first-answer) mean now / baseline, and now - baseline, that count as degraded.
     degraded_factor: float = 1.25
     degraded_min_seconds: float = 0.1
+    #: ...and by this many standard errors of the difference of the two means: a mean over a
+    #: few dozen calls of a route that mixes cached and uncached prompts moves by more than
+    #: 25 % on its own (each call's spread is read from the window's p10..p90).
+    degraded_z: float = 3.0
     #: route_change: share of the model's calls that reached an upstream unseen in the baseline,
     new_upstream_share: float = 0.5
     #: or the connect phase's mean up by a round trip and more.
@@ -71,13 +76,17 @@ class Thresholds:
     #: prefill_surge: input tokens per call and the prefill phase's mean, now / baseline.
     input_factor: float = 1.5
     prefill_factor: float = 1.25
+    #: ...and the prefill grew at most this many times as much as the prompts did ("in
+    #: proportion"): a prefill that outgrew its prompts waited on something else.
+    prefill_excess: float = 2.0
     #: noisy_neighbour: the mean of each call's largest stall, now / baseline and now - baseline.
     stall_factor: float = 2.0
     stall_min_seconds: float = 0.25
     #: cold_cache: a tenant's cached share of input tokens fell by this much (absolute)...
     cache_drop: float = 0.25
-    #: ...to at most this share of its baseline.
-    cache_ratio: float = 0.5
+    #: ...to at most this share of its baseline: a cold cache is gone, where a warm tenant's
+    #: share dips to a third or a half whenever its prompts outgrow their cached prefix.
+    cache_ratio: float = 0.2
 
 
 DEFAULT = Thresholds()
@@ -91,7 +100,9 @@ class Signal:
     computed from `family` (a histogram mean) or from the usage counters (a ratio)."""
 
     key: str
-    kind: str  # "mean" (histogram sum / count), "calls" (count increase), "cached_share"
+    #: "mean" (histogram sum / count), "calls" (count increase), "spread" (p90 - p10),
+    #: "cached_share"
+    kind: str
     family: names.Family | None = None
     tenant: bool = False
     phase: bool = False
@@ -113,6 +124,10 @@ class Signal:
             return (f"{grouped} (rate({cached}[{window}]{shift}))\n"
                     f"/ ({grouped} (rate({total}[{window}]{shift})) > 0)")
         assert self.family is not None
+        if self.kind == "spread":
+            high, low = (quantile(q, self.family, labels, window, m, offset, native)
+                         for q in SPREAD_QUANTILES)
+            return f"(\n{high}\n- {low}\n) >= 0"  # NaN (no calls) is no spread
         count = f"{grouped} ({histogram_rate(self.family, 'count', m, window, offset, native)})"
         if self.kind == "calls":
             return f"{count} * {_seconds(window)}"
@@ -130,11 +145,20 @@ def _seconds(window: str) -> str:
     raise ValueError(f"not a single-unit duration: {window}")
 
 
+#: The spread signals' quantiles, and that spread in standard deviations of a normal
+#: distribution: (p90 - p10) / 2.563 estimates a call's standard deviation without a sum of
+#: squares, from the buckets both histogram modes already serve.
+SPREAD_QUANTILES = (0.9, 0.1)
+SPREAD_IN_SD = 2.563
+
 SIGNALS: tuple[Signal, ...] = (
     Signal("calls", "calls", names.TTFT),
     Signal("ttft", "mean", names.TTFT),
+    Signal("ttft_spread", "spread", names.TTFT),
     Signal("first_answer", "mean", names.FIRST_ANSWER),
+    Signal("first_answer_spread", "spread", names.FIRST_ANSWER),
     Signal("input_tokens", "mean", names.INPUT_TOKENS),
+    Signal("input_tokens_spread", "spread", names.INPUT_TOKENS),
     Signal("stall", "mean", names.STALL),
     Signal("phase", "mean", names.PHASE_FAMILY, phase=True),
     Signal("tenant_calls", "calls", names.TTFT, tenant=True),  # (now only, in the rules)
@@ -169,8 +193,11 @@ class Window:
 
     calls: float = 0.0
     ttft: float | None = None
+    ttft_spread: float | None = None
     first_answer: float | None = None
+    first_answer_spread: float | None = None
     input_tokens: float | None = None
+    input_tokens_spread: float | None = None
     stall: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
     tenant_calls: dict[str, float] = field(default_factory=dict)
@@ -205,6 +232,41 @@ def _rose(now: float | None, base: float | None, factor: float, floor: float) ->
         now - base >= floor
 
 
+def standard_error(now: Window, base: Window, spread: str) -> float:
+    """Standard error of the difference of the two windows' means of a latency whose p10..p90
+    spread is `spread` ("ttft_spread" or "first_answer_spread"); a window without a spread
+    (no buckets to read) adds nothing."""
+    def variance(w: Window) -> float:
+        value = getattr(w, spread)
+        if value is None or not value >= 0 or w.calls <= 0:  # None, NaN
+            return 0.0
+        return (value / SPREAD_IN_SD) ** 2 / w.calls
+
+    return math.sqrt(variance(now) + variance(base))
+
+
+def _rose_clearly(now: Window, base: Window, key: str, factor: float, floor: float,
+                  t: Thresholds) -> bool:
+    """The mean of `key` ("ttft", "first_answer", "input_tokens") rose past `factor`, `floor`
+    and `degraded_z` standard errors of the difference."""
+    a, b = getattr(now, key), getattr(base, key)
+    return _rose(a, b, factor, floor) and \
+        a - b >= t.degraded_z * standard_error(now, base, f"{key}_spread")
+
+
+def _degraded(now: Window, base: Window, key: str, t: Thresholds) -> bool:
+    return _rose_clearly(now, base, key, t.degraded_factor, t.degraded_min_seconds, t)
+
+
+def _in_proportion(now: Window, base: Window, t: Thresholds) -> bool:
+    """The prefill phase's mean grew at most `prefill_excess` times as much as input tokens
+    per call (False where a baseline is missing or zero: no proportion to judge)."""
+    pre_now, pre_base = now.phases.get(PREFILL), base.phases.get(PREFILL)
+    if pre_now is None or not pre_base or now.input_tokens is None or not base.input_tokens:
+        return False
+    return pre_now / pre_base <= t.prefill_excess * now.input_tokens / base.input_tokens
+
+
 def cold_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
     """Tenants of the model whose cached share of input tokens (over all its routes) fell past
     the thresholds."""
@@ -229,16 +291,19 @@ def classify(model: str, route: str, now: Window, base: Window,
     """The finding for one (model, route), or None when its TTFT is not degraded.
 
     Degraded: enough calls in both windows, and the TTFT or first-answer mean rose past
-    `degraded_factor` and `degraded_min_seconds`; or a tenant's TTFT did so while its cached
+    `degraded_factor`, `degraded_min_seconds` and `degraded_z` standard errors; or a tenant's TTFT did so while its cached
     share fell (one tenant's cold cache barely moves its route's mean). Then the first cause
     of CAUSES whose signals hold; `unknown` when none does.
     """
     if now.calls < t.min_calls or base.calls < t.min_calls:
         return None
-    route_degraded = _rose(now.ttft, base.ttft, t.degraded_factor, t.degraded_min_seconds) or \
-        _rose(now.first_answer, base.first_answer, t.degraded_factor, t.degraded_min_seconds)
+    route_degraded = _degraded(now, base, "ttft", t) or _degraded(now, base, "first_answer", t)
     slower = slower_tenants(now, base, t)
-    cold = [tenant for tenant in cold_tenants(now, base, t) if tenant in slower]
+    compared = [x for x in now.tenant_calls if now.tenant_calls[x] >= t.tenant_min_calls]
+    # "its TTFT rose, others' did not": with most tenants slower, it is not one cache (one
+    # slower tenant is few, even when it is the only one with calls enough to compare).
+    few = slower if compared and len(slower) <= max(1.0, len(compared) / 2) else []
+    cold = [tenant for tenant in cold_tenants(now, base, t) if tenant in few]
     if not route_degraded and not cold:
         return None
     evidence: dict[str, float] = {}
@@ -251,10 +316,13 @@ def classify(model: str, route: str, now: Window, base: Window,
 
     note("ttft_mean_seconds", now.ttft, base.ttft)
     note("first_answer_mean_seconds", now.first_answer, base.first_answer)
+    for key in ("ttft", "first_answer"):
+        error, a, b = standard_error(now, base, f"{key}_spread"), getattr(now, key), \
+            getattr(base, key)
+        if error > 0 and a is not None and b is not None:
+            evidence[f"{key}_rise_standard_errors"] = round((a - b) / error, 2)
     evidence["calls_now"], evidence["calls_baseline"] = round(now.calls, 1), round(base.calls, 1)
-    compared = [x for x in now.tenant_calls if now.tenant_calls[x] >= t.tenant_min_calls]
     evidence["tenants_slower"], evidence["tenants_compared"] = len(slower), len(compared)
-    few = slower if compared and len(slower) < len(compared) / 2 else []
 
     connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
     new_share = now.new_upstream_share
@@ -264,8 +332,9 @@ def classify(model: str, route: str, now: Window, base: Window,
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)
         note("server_mean_seconds", now.phases.get(SERVER), base.phases.get(SERVER))
-    elif _rose(now.input_tokens, base.input_tokens, t.input_factor, 0.0) and \
-            _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0):
+    elif _rose_clearly(now, base, "input_tokens", t.input_factor, 0.0, t) and \
+            _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) \
+            and _in_proportion(now, base, t):
         cause, tenants = PREFILL_SURGE, few
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
         note("prefill_mean_seconds", now.phases.get(PREFILL), base.phases.get(PREFILL))

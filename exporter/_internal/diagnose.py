@@ -142,7 +142,8 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
             labels, value = row["metric"], float(row["value"][1])
             w = out.setdefault((labels.get(names.MODEL, ""), labels.get(names.ROUTE, "")),
                                Window())
-            if key in ("calls", "ttft", "first_answer", "input_tokens", "stall"):
+            if key in ("calls", "ttft", "ttft_spread", "first_answer", "first_answer_spread",
+                       "input_tokens", "input_tokens_spread", "stall"):
                 setattr(w, key, value)
             elif key == "phase":
                 w.phases[labels.get(names.PHASE, "")] = value

@@ -26,12 +26,12 @@ from exporter._internal.server import ExporterServer, start_http_server
 
 class DemoLoad:
     def __init__(self, rate: float = 8.0, seed: int = 7, far_region: bool = False,
-                 model: LatencyModel | None = None):
+                 model: LatencyModel | None = None, shape: LoadShape | None = None):
         self.provider = ProviderServer(model, far_region=far_region).start()
         self.knobs = self.provider.knobs
         self.exporter: ExporterServer = start_http_server(port=0)
         self.recorder = runtime.state().recorder
-        self._load = LoadGenerator(self.provider.base_url, LoadShape(rate=rate, seed=seed),
+        self._load = LoadGenerator(self.provider.base_url, shape or LoadShape(rate=rate, seed=seed),
                                    self.knobs, self.provider.far)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="demo-load", daemon=True)

@@ -41,6 +41,8 @@ class LoadShape:
     rate: float = 10.0  # calls per second, all models together
     max_in_flight: int = 200
     seed: int = 7
+    #: (model, share of the calls) pairs; the demo's mix by default.
+    models: tuple[tuple[str, float], ...] = tuple(MODELS.items())
 
 
 class LoadGenerator:
@@ -59,6 +61,8 @@ class LoadGenerator:
         self.far = far
         self._rng = random.Random(shape.seed)
         self._weights = [1 / (k + 1) for k in range(len(TENANTS))]
+        self._models = tuple(name for name, _ in shape.models)
+        self._model_weights = tuple(share for _, share in shape.models)
         self._stopping = asyncio.Event()
         self.calls = 0
         self.errors = 0
@@ -112,7 +116,7 @@ class LoadGenerator:
 
     def _pick(self) -> tuple[str, str, str, int]:
         rng = self._rng
-        model = rng.choices(tuple(MODELS), tuple(MODELS.values()))[0]
+        model = rng.choices(self._models, self._model_weights)[0]
         route = rng.choice(tuple(ROUTES))
         tenant = rng.choices(TENANTS, self._weights)[0]
         if rng.random() < 0.08:  # the noisy tenant is busier than its rank says

@@ -1,0 +1,80 @@
+"""The demo's incident day, compressed for the suite and the benchmark: played once under a
+real Prometheus (1 s scrapes, the generated rules loaded), then read from it.
+
+    with played_day(cfg, rule_files) as day:   # ~2 minutes: the day itself
+        day.prom, day.start, day.end, day.schedule, day.log
+
+tests/test_incident_day.py holds every panel, rule, diagnose and LLMTTFTLikelyCause to it;
+bench/diagnose.py measures diagnose on it. docs/decisions.md says why each number is what it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter._internal import names
+from exporter._internal.config import Config
+from exporter._internal.demo.incidents import IncidentDay
+from exporter._internal.demo.latency import LatencyModel
+from exporter._internal.demo.loadgen import MODELS, LoadShape
+from tests.support.demo_load import DemoLoad
+from tests.support.prometheus import PrometheusServer, scrape_config
+
+CALM, PHASE, AFTER = 40.0, 20.0, 5.0
+SCALE = 1 / 120
+#: The rules' window: the tenant alerts' and the cause rules' (10 s).
+WINDOW = 10.0
+CONFIG = {
+    # The cold-cache incident shows on one tenant's cached share only with tenant on tokens.
+    "labels": {"tenant_families": [names.INPUT_TOKENS.name, names.CACHED_INPUT_TOKENS.name]},
+    "alerting": {"window_scale": SCALE,
+                 "tenant_window_seconds": WINDOW / SCALE,  # enough calls per tenant
+                 # One phase back: the rules compare an incident with the phase before it, on
+                 # a real day the hour before (the incidents here are back to back).
+                 "tenant_baseline_offset_seconds": PHASE / SCALE,
+                 "regression_offset_seconds": 4800,  # 40 s: "last week" is before the change
+                 "min_calls": 5},
+}
+
+
+@dataclass(frozen=True)
+class PlayedDay:
+    prom: PrometheusServer
+    schedule: IncidentDay
+    start: float  # unix seconds
+    end: float
+    log: list[str]  # what the day printed
+
+
+@contextlib.contextmanager
+def played_day(cfg: Config, rule_files: Iterable[Path] = ()) -> Iterator[PlayedDay]:
+    """Play the day (`cfg` is the runtime's, configured by the caller); the load is stopped
+    when the block starts, Prometheus and the exporter serve until it ends."""
+    # Answers a third as long: the SDKs' per-chunk parsing is what costs CPU on a shared box.
+    # The calls spread evenly over the models: deepseek-r1's share of the demo's mix leaves
+    # its routes a handful of calls per compressed window.
+    shape = LoadShape(rate=10.0, models=tuple((model, 1.0) for model in MODELS))
+    with DemoLoad(far_region=True, model=LatencyModel.default().shorter(0.3),
+                  shape=shape) as demo:
+        scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job)
+        with PrometheusServer(scrape, rule_files=rule_files) as prom:
+            prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
+            # The neighbour's freezes compressed too: 3 s out of every 3.25 (the answers are
+            # short, and a stream stalls only when a freeze starts while it runs: most
+            # streams outlast the quarter second between two freezes).
+            demo.knobs.freeze_seconds, demo.knobs.freeze_every_seconds = 3.0, 3.25
+            # Prompts 8x, not 4x: the provider caches each tenant's last prompt, so only the
+            # growth past it is prefilled, and a compressed window holds a dozen calls a route.
+            demo.knobs.surge_factor = 8.0
+            log: list[str] = []
+            schedule = IncidentDay(demo.knobs, CALM, PHASE, out=log.append,
+                                   recover_seconds=AFTER)
+            start = time.time()
+            demo.play(schedule).result(timeout=schedule.seconds + 60)
+            end = time.time()
+            demo.stop_load()  # the day is over: the readers read what Prometheus recorded
+            yield PlayedDay(prom, schedule, start, end, log)
