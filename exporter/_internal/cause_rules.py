@@ -52,7 +52,7 @@ def _name(key: str, window: str, offset: str = "") -> str:
         ("_phase" if s.phase else "")
     metric = s.family.name if s.family is not None else names.USAGE_CACHED_INPUT_TOKENS
     op = {"calls": "calls", "mean": "mean", "spread": "p10_p90_spread",
-          "cached_share": "cached_share"}[s.kind]
+          "cached_share": "cached_share", "cached_per_call": "cached_per_call"}[s.kind]
     return f"{level}:{metric}:{op}{window}{f'_offset{offset}' if offset else ''}"
 
 
@@ -112,18 +112,24 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
         a, b = now(key, *extra), base(key, *extra)
         return f"({a} >= {num(factor)} * {b})\nand ({a} - {b} >= {num(floor)})"
 
-    def variance(of: Callable[..., str], spread: str) -> str:
+    def variance(of: Callable[..., str], spread: str, *extra: str) -> str:
         """A window's variance of the mean, from its spread (0 without buckets to read)."""
-        return (f"(({of(spread)} or {on} 0 * {of('calls')}) / {num(SPREAD_IN_SD)}) ^ 2\n"
+        value = f"sum by ({by(keep)}) ({of(spread, *extra)})" if extra else of(spread)
+        return (f"(({value} or {on} 0 * {of('calls')}) / {num(SPREAD_IN_SD)}) ^ 2\n"
                 f"/ {of('calls')}")
+
+    def clearly(key: str, spread: str, *extra: str) -> str:
+        """causes.standard_error: the rise by degraded_z standard errors of the difference of
+        the means (a phase's summed over its one `extra` phase)."""
+        a, b = ((f"sum by ({by(keep)}) ({of(key, *extra)})" for of in (now, base)) if extra
+                else (now(key), base(key)))
+        return (f"({a} - {b} >= {num(t.degraded_z)} * sqrt(\n"
+                f"{variance(now, spread, *extra)}\n+ {variance(base, spread, *extra)}\n))")
 
     def rose_clearly(key: str, factor: float, floor: float) -> str:
         """causes._rose_clearly: the rise past `factor`, `floor` and degraded_z standard
-        errors of the difference of the means."""
-        spread = f"{key}_spread"
-        return (f"{rose(key, factor, floor)}\n"
-                f"and ({now(key)} - {base(key)} >= {num(t.degraded_z)} * sqrt(\n"
-                f"{variance(now, spread)}\n+ {variance(base, spread)}\n))")
+        errors."""
+        return f"{rose(key, factor, floor)}\nand {clearly(key, f'{key}_spread')}"
 
     enough = (f"({now('calls')} >= {t.min_calls})\nand {on} ({base('calls')} >= {t.min_calls})")
     slower = (f"({rose_clearly('ttft', t.degraded_factor, t.degraded_min_seconds)})\nor\n"
@@ -137,7 +143,9 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
         f"{num(t.degraded_min_seconds)})")
     tenant_cold = (f"({base('cached_share')} - {now('cached_share')} >= {num(t.cache_drop)})\n"
                    f"and ({now('cached_share')} <= {num(t.cache_ratio)} * "
-                   f"{base('cached_share')})")
+                   f"{base('cached_share')})\n"
+                   f"and ({now('cached_per_call')} <= {num(t.cache_ratio)} * "
+                   f"{base('cached_per_call')})")
     model_tenant = [*(label for label in keep if label != names.ROUTE), names.TENANT]
     # "its TTFT rose, others' did not": at most half of the compared tenants (or one) slower.
     compared = f"count by ({by(keep)}) ({now('tenant_calls')} >= {t.tenant_min_calls})"
@@ -149,7 +157,9 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
     degraded = f"(\n({slower})\nor\n{cold}\n)\nand {on}\n({enough})"
     model_on = f"on ({by([label for label in keep if label != names.ROUTE])})"
     phase = eq(names.PHASE, CONNECT)
-    connect = rose("phase", t.connect_factor, t.connect_min_seconds, phase)
+    connect_rose = rose("phase", t.connect_factor, t.connect_min_seconds, phase)
+    connect = (f"sum by ({by(keep)}) ({connect_rose})\n"
+               f"and {on}\n{clearly('phase', 'phase_spread', phase)}")
     pre = eq(names.PHASE, PREFILL)
     conditions: dict[str, Callable[[], str]] = {
         PREFILL_SURGE: lambda: (
@@ -172,7 +182,7 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
         elif cause == ROUTE_CHANGE:  # a new upstream of the model, or its connect phase up
             expr = (f"(\n(\n{degraded}\n)\nand {model_on}\n"
                     f"({selector(n.upstream, mine)} >= {num(t.new_upstream_share)})\nor\n"
-                    f"(\n{degraded}\n)\nand {on}\nsum by ({by(keep)}) ({connect})\n)")
+                    f"(\n{degraded}\n)\nand {on}\n({connect})\n)")
         else:
             expr = f"(\n{degraded}\n)\nand {on}\n(\n{conditions[cause]()}\n)"
         for prior in earlier:

@@ -84,8 +84,9 @@ class Thresholds:
     stall_min_seconds: float = 0.25
     #: cold_cache: a tenant's cached share of input tokens fell by this much (absolute)...
     cache_drop: float = 0.25
-    #: ...to at most this share of its baseline: a cold cache is gone, where a warm tenant's
-    #: share dips to a third or a half whenever its prompts outgrow their cached prefix.
+    #: ...to at most this share of its baseline, and its cached tokens per call too: a cold
+    #: cache is gone, where a warm tenant's share dips to a third or a half whenever its
+    #: prompts outgrow their cached prefix (and longer prompts alone lower the share only).
     cache_ratio: float = 0.2
 
 
@@ -101,7 +102,7 @@ class Signal:
 
     key: str
     #: "mean" (histogram sum / count), "calls" (count increase), "spread" (p90 - p10),
-    #: "cached_share"
+    #: "cached_share" (cached / all input tokens), "cached_per_call" (cached tokens / calls)
     kind: str
     family: names.Family | None = None
     tenant: bool = False
@@ -117,12 +118,15 @@ class Signal:
                   *([names.PHASE] if self.phase else [])]
         m = [*matchers, *([regex(names.PHASE, "|".join(PHASES))] if self.phase else [])]
         grouped = f"sum by ({by(labels)})"
-        if self.kind == "cached_share":
+        if self.kind in ("cached_share", "cached_per_call"):
             shift = f" offset {offset}" if offset else ""
             cached = selector(names.USAGE_CACHED_INPUT_TOKENS, m)
-            total = selector(names.USAGE_INPUT_TOKENS, m)
+            if self.kind == "cached_share":
+                total = f"rate({selector(names.USAGE_INPUT_TOKENS, m)}[{window}]{shift})"
+            else:
+                total = histogram_rate(names.TTFT, "count", m, window, offset, native)
             return (f"{grouped} (rate({cached}[{window}]{shift}))\n"
-                    f"/ ({grouped} (rate({total}[{window}]{shift})) > 0)")
+                    f"/ ({grouped} ({total}) > 0)")
         assert self.family is not None
         if self.kind == "spread":
             high, low = (quantile(q, self.family, labels, window, m, offset, native)
@@ -161,9 +165,11 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("input_tokens_spread", "spread", names.INPUT_TOKENS),
     Signal("stall", "mean", names.STALL),
     Signal("phase", "mean", names.PHASE_FAMILY, phase=True),
+    Signal("phase_spread", "spread", names.PHASE_FAMILY, phase=True),
     Signal("tenant_calls", "calls", names.TTFT, tenant=True),  # (now only, in the rules)
     Signal("tenant_ttft", "mean", names.TTFT, tenant=True),
     Signal("cached_share", "cached_share", tenant=True, per_model=True),
+    Signal("cached_per_call", "cached_per_call", tenant=True, per_model=True),
 )
 SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
 
@@ -200,10 +206,12 @@ class Window:
     input_tokens_spread: float | None = None
     stall: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
+    phase_spreads: dict[str, float] = field(default_factory=dict)
     tenant_calls: dict[str, float] = field(default_factory=dict)
     tenant_ttft: dict[str, float] = field(default_factory=dict)
     #: per tenant over all routes of the model
     cached_share: dict[str, float] = field(default_factory=dict)
+    cached_per_call: dict[str, float] = field(default_factory=dict)
     #: route_change: share of the model's calls to an upstream the baseline did not see (only
     #: on the window being diagnosed).
     new_upstream_share: float | None = None
@@ -232,12 +240,13 @@ def _rose(now: float | None, base: float | None, factor: float, floor: float) ->
         now - base >= floor
 
 
-def standard_error(now: Window, base: Window, spread: str) -> float:
-    """Standard error of the difference of the two windows' means of a latency whose p10..p90
-    spread is `spread` ("ttft_spread" or "first_answer_spread"); a window without a spread
-    (no buckets to read) adds nothing."""
+def standard_error(now: Window, base: Window, key: str) -> float:
+    """Standard error of the difference of the two windows' means of `key` ("ttft",
+    "first_answer", "input_tokens", or a phase as "phase:connect"), from each window's p10..p90
+    spread; a window without a spread (no buckets to read) adds nothing."""
     def variance(w: Window) -> float:
-        value = getattr(w, spread)
+        value = w.phase_spreads.get(key[6:]) if key.startswith("phase:") else \
+            getattr(w, f"{key}_spread")
         if value is None or not value >= 0 or w.calls <= 0:  # None, NaN
             return 0.0
         return (value / SPREAD_IN_SD) ** 2 / w.calls
@@ -251,7 +260,7 @@ def _rose_clearly(now: Window, base: Window, key: str, factor: float, floor: flo
     and `degraded_z` standard errors of the difference."""
     a, b = getattr(now, key), getattr(base, key)
     return _rose(a, b, factor, floor) and \
-        a - b >= t.degraded_z * standard_error(now, base, f"{key}_spread")
+        a - b >= t.degraded_z * standard_error(now, base, key)
 
 
 def _degraded(now: Window, base: Window, key: str, t: Thresholds) -> bool:
@@ -267,13 +276,27 @@ def _in_proportion(now: Window, base: Window, t: Thresholds) -> bool:
     return pre_now / pre_base <= t.prefill_excess * now.input_tokens / base.input_tokens
 
 
+def _connect_rose(now: Window, base: Window, t: Thresholds) -> bool:
+    """The connect phase's mean rose past its factor, its floor and `degraded_z` standard
+    errors: a few calls opening connections (a burst of concurrency) is not a route change."""
+    a, b = now.phases.get(CONNECT), base.phases.get(CONNECT)
+    return _rose(a, b, t.connect_factor, t.connect_min_seconds) and \
+        a - b >= t.degraded_z * standard_error(now, base, f"phase:{CONNECT}")  # type: ignore
+
+
 def cold_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
     """Tenants of the model whose cached share of input tokens (over all its routes) fell past
-    the thresholds."""
+    the thresholds, and their cached tokens per call with it (a prompt surge on one route
+    lowers every tenant's share, not what the cache serves per call)."""
+    def served_less(tenant: str) -> bool:
+        was, served = base.cached_per_call.get(tenant), now.cached_per_call.get(tenant)
+        return was is not None and served is not None and served <= t.cache_ratio * was
+
     return sorted(
         tenant for tenant, share in now.cached_share.items()
         if (was := base.cached_share.get(tenant)) is not None
-        and was - share >= t.cache_drop and share <= t.cache_ratio * was)
+        and was - share >= t.cache_drop and share <= t.cache_ratio * was
+        and served_less(tenant))
 
 
 def slower_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
@@ -291,9 +314,10 @@ def classify(model: str, route: str, now: Window, base: Window,
     """The finding for one (model, route), or None when its TTFT is not degraded.
 
     Degraded: enough calls in both windows, and the TTFT or first-answer mean rose past
-    `degraded_factor`, `degraded_min_seconds` and `degraded_z` standard errors; or a tenant's TTFT did so while its cached
-    share fell (one tenant's cold cache barely moves its route's mean). Then the first cause
-    of CAUSES whose signals hold; `unknown` when none does.
+    `degraded_factor`, `degraded_min_seconds` and `degraded_z` standard errors; or a tenant's
+    TTFT rose past the first two while its cache went cold (one tenant's cold cache barely
+    moves its route's mean). Then the first cause of CAUSES whose signals hold; `unknown`
+    when none does.
     """
     if now.calls < t.min_calls or base.calls < t.min_calls:
         return None
@@ -317,8 +341,7 @@ def classify(model: str, route: str, now: Window, base: Window,
     note("ttft_mean_seconds", now.ttft, base.ttft)
     note("first_answer_mean_seconds", now.first_answer, base.first_answer)
     for key in ("ttft", "first_answer"):
-        error, a, b = standard_error(now, base, f"{key}_spread"), getattr(now, key), \
-            getattr(base, key)
+        error, a, b = standard_error(now, base, key), getattr(now, key), getattr(base, key)
         if error > 0 and a is not None and b is not None:
             evidence[f"{key}_rise_standard_errors"] = round((a - b) / error, 2)
     evidence["calls_now"], evidence["calls_baseline"] = round(now.calls, 1), round(base.calls, 1)
@@ -327,7 +350,7 @@ def classify(model: str, route: str, now: Window, base: Window,
     connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
     new_share = now.new_upstream_share
     if (new_share is not None and new_share >= t.new_upstream_share) or \
-            _rose(*connect, t.connect_factor, t.connect_min_seconds):
+            _connect_rose(now, base, t):
         cause, tenants = ROUTE_CHANGE, []
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)

@@ -132,11 +132,13 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
     futures = {s.key: pool.submit(prom.query, s.expr(dur, matchers, MODEL_ROUTE, native=native),
                                   at) for s in SIGNALS}
     out: dict[tuple[str, str], Window] = {}
-    per_model: dict[str, dict[str, float]] = {}
+    #: per-model signal -> model -> tenant -> value
+    per_model: dict[str, dict[str, dict[str, float]]] = {}
     for key, future in futures.items():
         for row in future.result():
             if SIGNALS_BY_KEY[key].per_model:
-                tenants = per_model.setdefault(row["metric"].get(names.MODEL, ""), {})
+                models = per_model.setdefault(key, {})
+                tenants = models.setdefault(row["metric"].get(names.MODEL, ""), {})
                 tenants[row["metric"].get(names.TENANT, "")] = float(row["value"][1])
                 continue
             labels, value = row["metric"], float(row["value"][1])
@@ -147,10 +149,13 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
                 setattr(w, key, value)
             elif key == "phase":
                 w.phases[labels.get(names.PHASE, "")] = value
+            elif key == "phase_spread":
+                w.phase_spreads[labels.get(names.PHASE, "")] = value
             else:
                 getattr(w, key)[labels.get(names.TENANT, "")] = value
     for (model, _), w in out.items():
-        w.cached_share = per_model.get(model, {})
+        for key, models in per_model.items():
+            setattr(w, key, models.get(model, {}))
     return out
 
 
