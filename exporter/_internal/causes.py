@@ -33,10 +33,11 @@ COLD_CACHE = "cold_cache"
 NOISY_NEIGHBOUR = "noisy_neighbour"
 ROUTE_CHANGE = "route_change"
 UNKNOWN = "unknown"
-#: In the order the decision tries them: a changed upstream is a fact, not an inference, and
-#: longer prompts explain stalls (a huge prefill blocks the batch) where stalls do not explain
-#: longer prompts.
-CAUSES: tuple[str, ...] = (ROUTE_CHANGE, PREFILL_SURGE, NOISY_NEIGHBOUR, COLD_CACHE, UNKNOWN)
+#: In the order the decision tries them: a changed upstream is a fact, not an inference; so is
+#: a cache that serves a few slower tenants next to nothing any more, where a route's mean
+#: prompt over a window may be a few long ones; and longer prompts explain stalls (a huge
+#: prefill blocks the batch) where stalls do not explain longer prompts.
+CAUSES: tuple[str, ...] = (ROUTE_CHANGE, COLD_CACHE, PREFILL_SURGE, NOISY_NEIGHBOUR, UNKNOWN)
 
 #: Section of docs/runbooks.md per cause (the demo's incident of that failure mode).
 RUNBOOK = {
@@ -355,6 +356,12 @@ def classify(model: str, route: str, now: Window, base: Window,
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)
         note("server_mean_seconds", now.phases.get(SERVER), base.phases.get(SERVER))
+    elif cold:
+        cause, tenants = COLD_CACHE, cold
+        for tenant in cold:
+            note(f"cached_share[{tenant}]", now.cached_share.get(tenant),
+                 base.cached_share.get(tenant))
+            note(f"ttft_mean_seconds[{tenant}]", now.tenant_ttft.get(tenant), None)
     elif _rose_clearly(now, base, "input_tokens", t.input_factor, 0.0, t) and \
             _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) \
             and _in_proportion(now, base, t):
@@ -365,12 +372,6 @@ def classify(model: str, route: str, now: Window, base: Window,
         cause, tenants = NOISY_NEIGHBOUR, []
         note("stall_mean_seconds", now.stall, base.stall)
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
-    elif cold:
-        cause, tenants = COLD_CACHE, cold
-        for tenant in cold:
-            note(f"cached_share[{tenant}]", now.cached_share.get(tenant),
-                 base.cached_share.get(tenant))
-            note(f"ttft_mean_seconds[{tenant}]", now.tenant_ttft.get(tenant), None)
     else:
         cause, tenants = UNKNOWN, few
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
