@@ -180,9 +180,13 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
         elif cause == COLD_CACHE:  # one series per cold tenant: the page names it
             expr = f"(\n{cold_slower}\n)\nand {on}\n(\n{degraded}\n)"
         elif cause == ROUTE_CHANGE:  # a new upstream of the model, or its connect phase up
+            # (the connect alone only where no cold cache or prompt surge explains it: longer
+            # calls hold more connections open, and new ones cost a connect)
+            others = "".join(f"\nunless {on}\n(\n{condition}\n)" for condition in (
+                cold, conditions[PREFILL_SURGE]()))
             expr = (f"(\n(\n{degraded}\n)\nand {model_on}\n"
                     f"({selector(n.upstream, mine)} >= {num(t.new_upstream_share)})\nor\n"
-                    f"(\n{degraded}\n)\nand {on}\n({connect})\n)")
+                    f"(\n{degraded}\n)\nand {on}\n({connect}){others}\n)")
         else:
             expr = f"(\n{degraded}\n)\nand {on}\n(\n{conditions[cause]()}\n)"
         for prior in earlier:

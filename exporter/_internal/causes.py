@@ -350,8 +350,13 @@ def classify(model: str, route: str, now: Window, base: Window,
 
     connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
     new_share = now.new_upstream_share
+    surge = _rose_clearly(now, base, "input_tokens", t.input_factor, 0.0, t) and \
+        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) \
+        and _in_proportion(now, base, t)
+    # A new upstream is a fact and comes first; a connect phase that rose alone comes after a
+    # prompt surge (longer calls hold more connections open, and new ones cost a connect).
     if (new_share is not None and new_share >= t.new_upstream_share) or \
-            _connect_rose(now, base, t):
+            (not cold and not surge and _connect_rose(now, base, t)):
         cause, tenants = ROUTE_CHANGE, []
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)
@@ -362,9 +367,7 @@ def classify(model: str, route: str, now: Window, base: Window,
             note(f"cached_share[{tenant}]", now.cached_share.get(tenant),
                  base.cached_share.get(tenant))
             note(f"ttft_mean_seconds[{tenant}]", now.tenant_ttft.get(tenant), None)
-    elif _rose_clearly(now, base, "input_tokens", t.input_factor, 0.0, t) and \
-            _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) \
-            and _in_proportion(now, base, t):
+    elif surge:
         cause, tenants = PREFILL_SURGE, few
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
         note("prefill_mean_seconds", now.phases.get(PREFILL), base.phases.get(PREFILL))
