@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable
 from prometheus_client.core import Metric
 
 from . import names, textformat
+from .debut import Debuts
 from .exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from .families import counter_families, render_family, window_help, window_quantiles
 from .histogram import Histogram
@@ -71,24 +72,27 @@ class Renderer:
             name: [textformat.number(state.family.to_unit(b)) for b in state.layout.boundaries]
             + ["+Inf"] for name, state in recorder.families.items()}
         self._cache: dict[Series, _Cached] = {}
+        self._debuts = Debuts(recorder, counter_families(recorder, 0.0))
         self._encoder: Encoder | None = None  # built at the first protobuf scrape
         self._lock = threading.Lock()  # one render at a time: the caches are not shared-safe
 
     def reset_lock_after_fork(self) -> None:
         self._lock = threading.Lock()
 
-    def render(self, openmetrics: bool = False) -> bytes:
+    def render(self, openmetrics: bool = False, scraper: bool = False) -> bytes:
+        """The text (or OpenMetrics) exposition; a `scraper` sees new series at zero first
+        (debut.py)."""
         with self._lock:
             started = time.perf_counter()
-            body = self._render(openmetrics)
+            body = self._render(openmetrics, scraper)
             self.last_scrape_seconds = time.perf_counter() - started
             return body
 
-    def render_protobuf(self) -> bytes:
+    def render_protobuf(self, scraper: bool = False) -> bytes:
         """The delimited protobuf exposition, with native histograms."""
         with self._lock:
             started = time.perf_counter()
-            body = self._render_protobuf()
+            body = self._render_protobuf(scraper)
             self.last_scrape_seconds = time.perf_counter() - started
             return body
 
@@ -101,7 +105,7 @@ class Renderer:
             self._update(self.recorder.snapshot_of(stale), protobuf, changed=False)
         return [cache[series] for series in series_list]
 
-    def _render(self, openmetrics: bool) -> bytes:
+    def _render(self, openmetrics: bool, scraper: bool) -> bytes:
         rec = self.recorder
         changed, current_slice = rec.take_changed()
         self._update(changed)
@@ -111,7 +115,12 @@ class Renderer:
             out.append(textformat.header(fam.name, fam.help, "histogram", openmetrics))
             series_list = list(state.series.values())
             cache = self._current(series_list, protobuf=False)
-            if openmetrics:
+            debut = self._debuts.take(series_list) if scraper else None
+            if debut:
+                out.extend(self._zero_text(series, cached) if series in debut else
+                           (cached.openmetrics or cached.text or "") if openmetrics else
+                           (cached.text or "") for series, cached in zip(series_list, cache))
+            elif openmetrics:
                 out.extend(c.openmetrics or c.text or "" for c in cache)
             else:
                 out.extend(c.text or "" for c in cache)
@@ -119,20 +128,22 @@ class Renderer:
                 out.append(textformat.header(fam.window_name, window_help(rec, fam), "summary",
                                              openmetrics))
                 for series, cached in zip(series_list, cache):
+                    if debut and series in debut:
+                        out.append(self._window_text(state, series, cached, current_slice,
+                                                     debut=True))
+                        continue
                     if cached.window_slice != current_slice:
                         cached.window = self._window_text(state, series, cached,
                                                           current_slice)
                         cached.window_slice = current_slice
                     out.append(cached.window)
-        families = counter_families(rec, self.last_scrape_seconds)
-        if self.extra is not None:
-            families += self.extra()
+        families = self._counter_families(scraper)
         out.extend(render_family(family, openmetrics) for family in families)
         if openmetrics:
             out.append("# EOF\n")
         return "".join(out).encode("utf-8")
 
-    def _render_protobuf(self) -> bytes:
+    def _render_protobuf(self, scraper: bool) -> bytes:
         from .protobuf_exposition import delimited, header, small_family
 
         rec = self.recorder
@@ -145,26 +156,52 @@ class Renderer:
             fam = state.family
             series_list = list(state.series.values())
             cache = self._current(series_list, protobuf=True)
+            debut = self._debuts.take(series_list) if scraper else None
+            parts = [c.protobuf for c in cache]
+            if debut:
+                parts = [self.encoder.histogram(fam, cached.pairs, Histogram(state.layout), None)
+                         if series in debut else part
+                         for series, cached, part in zip(series_list, cache, parts)]
             out.append(delimited(header(fam.name, fam.help, "histogram"),
-                                 [c.protobuf[0] for c in cache if c.protobuf]))
-            slo_parts[fam.name] = [c.protobuf[1] for c in cache if c.protobuf]
+                                 [part[0] for part in parts if part]))
+            slo_parts[fam.name] = [part[1] for part in parts if part]
             if state.windowed:
+                windows = []
                 for series, cached in zip(series_list, cache):
+                    if debut and series in debut:
+                        values = window_quantiles(rec, state, series, current_slice)
+                        windows.append(self.encoder.window(cached.pairs, quantiles, values, 0,
+                                                           0.0))
+                        continue
                     if cached.protobuf_window_slice != current_slice:
                         values = window_quantiles(rec, state, series, current_slice)
                         cached.protobuf_window = self.encoder.window(
                             cached.pairs, quantiles, values, cached.count,
                             fam.to_unit(cached.total))
                         cached.protobuf_window_slice = current_slice
+                    windows.append(cached.protobuf_window)
                 out.append(delimited(header(fam.window_name, window_help(rec, fam), "summary"),
-                                     [c.protobuf_window for c in cache]))
+                                     windows))
         for name, fam in self.encoder.slo_families():
             out.append(delimited(header(name, _slo_help(fam), "counter"), slo_parts[fam.name]))
-        families = counter_families(rec, self.last_scrape_seconds)
-        if self.extra is not None:
-            families += self.extra()
+        families = self._counter_families(scraper)
         out.extend(small_family(family) for family in families)
         return b"".join(out)
+
+    def _counter_families(self, scraper: bool) -> list[Metric]:
+        """The recorder's counters and gauges (new rows at zero for a scraper), then the extra
+        families."""
+        families = counter_families(self.recorder, self.last_scrape_seconds)
+        if scraper:
+            self._debuts.zero_new_rows(families)
+        if self.extra is not None:
+            families += self.extra()
+        return families
+
+    def _zero_text(self, series: Series, cached: _Cached) -> str:
+        """The series' lines at zero, for its debut (debut.py); not cached."""
+        return self._histogram_text(series, cached.labels, Histogram(series.state.layout),
+                                    None)[0]
 
     @property
     def encoder(self) -> Encoder:
@@ -183,6 +220,7 @@ class Renderer:
             if cached is None:
                 pairs = list(zip(series.state.label_names, series.values))
                 cached = self._cache[series] = _Cached(textformat.labels(pairs), pairs)
+                self._debuts.born(series)
             if protobuf:
                 cached.protobuf = self.encoder.histogram(series.state.family, cached.pairs,
                                                          hist, exemplars)
@@ -220,7 +258,9 @@ class Renderer:
         return text, "\n".join(lines) + tail
 
     def _window_text(self, state: FamilyState, series: Series, cached: _Cached,
-                     current_slice: int) -> str:
+                     current_slice: int, debut: bool = False) -> str:
+        """The window summary's lines (`debut`: its count and sum at zero, as the histogram's).
+        """
         values = window_quantiles(self.recorder, state, series, current_slice) or ()
         fam = state.family
         name = fam.window_name
@@ -232,8 +272,9 @@ class Renderer:
         lines = [f'{name}{{{before}{names.QUANTILE}="{q}"{after}}} {textformat.number(v)}\n'
                  for q, v in zip(self._quantile_labels, values)]
         labels = cached.labels
-        lines.append(f"{name}_count{{{labels}}} {textformat.count(cached.count)}\n")
-        lines.append(f"{name}_sum{{{labels}}} {textformat.number(fam.to_unit(cached.total))}\n")
+        count, total = (0, 0) if debut else (cached.count, cached.total)
+        lines.append(f"{name}_count{{{labels}}} {textformat.count(count)}\n")
+        lines.append(f"{name}_sum{{{labels}}} {textformat.number(fam.to_unit(total))}\n")
         return "".join(lines)
 
 

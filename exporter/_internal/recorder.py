@@ -525,6 +525,12 @@ class Recorder:
                             dict(series.exemplars) if series.exemplars else None))
             return out
 
+    def all_series(self) -> list[Series]:
+        """Every series of every family (not their histograms: see snapshot_of)."""
+        with self._held:
+            return [series for state in self.families.values()
+                    for series in state.series.values()]
+
     def folded_copies(self, state: FamilyState) -> list[tuple[Series, Histogram]]:
         """Every series of a family with a copy of its up-to-date histogram."""
         return [(series, hist) for series, hist, _ in self.snapshot(state)]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 from aiohttp import web
 
 from . import names, runtime
+from .debut import SCRAPER_HEADER
 from .exposition import Renderer
 from .http_thread import HttpThread
 from .config import ServerConfig
@@ -79,16 +80,16 @@ def negotiate(accept: str) -> str:
     return best
 
 
-def _render(renderer: Renderer, kind: str) -> tuple[str, bytes]:
+def _render(renderer: Renderer, kind: str, scraper: bool) -> tuple[str, bytes]:
     """(format, body) in the negotiated format; text when protobuf fails (never a 5xx,
     counted)."""
     if kind == PROTOBUF:
         try:
-            return kind, renderer.render_protobuf()
+            return kind, renderer.render_protobuf(scraper)
         except Exception:
             renderer.recorder.count_drop(names.DROP_INTERNAL)
             kind = TEXT
-    return kind, renderer.render(kind == OPENMETRICS)
+    return kind, renderer.render(kind == OPENMETRICS, scraper)
 
 
 def create_app(renderer: Callable[[], Renderer] | None = None,
@@ -104,7 +105,7 @@ def create_app(renderer: Callable[[], Renderer] | None = None,
         kind = negotiate(request.headers.get("Accept", ""))
         # rendered off the event loop: /healthz and pushes are answered meanwhile
         kind, body = await asyncio.get_running_loop().run_in_executor(
-            None, _render, get_renderer(), kind)
+            None, _render, get_renderer(), kind, SCRAPER_HEADER in request.headers)
         headers = {"Content-Type": _CONTENT_TYPES[kind]}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             body = gzip.compress(body, GZIP_LEVEL)
