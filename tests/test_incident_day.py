@@ -287,7 +287,7 @@ MOVES = {
 
 #: Seconds skipped at a phase's start: calls started before it end in its first seconds.
 SKIP = 4.0
-#: Calls a (model, route) needs in each window: each gets ~1.1 calls/s, ~18 in a 16 s incident
+#: Calls a (model, route) needs in each window: each gets ~1.1 calls/s, ~23 in a 21 s incident
 #: window and fewer while a tenant idles. The decision's standard-error gate, not this
 #: minimum, keeps a few calls' noise from reading as a rise.
 MIN_CALLS = 5

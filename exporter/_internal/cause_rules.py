@@ -17,7 +17,7 @@ from typing import Any
 from . import names
 from .causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, NOISY_NEIGHBOUR, PREFILL,
                      PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, SPREAD_IN_SD, UNKNOWN,
-                     Thresholds, new_upstream_share)
+                     Signal, Thresholds, new_upstream_share)
 from .config import AlertingConfig, Config
 from .promql import by, duration, eq, is_native, kept, num, scope_matchers, selector
 
@@ -82,15 +82,20 @@ def signal_records(config: Config) -> list[dict[str, Any]]:
     matchers, keep, n = scope_matchers(al), kept(al), SignalNames(al)
     out = []
     for key, signal in SIGNALS_BY_KEY.items():
-        for name, shift in ((n.now(key), ""), (n.base(key), offset))[:1 if signal.tenant
-                                                                       and not signal.per_model
-                                                                       else 2]:
+        windows = ((n.now(key), ""), (n.base(key), offset))
+        for name, shift in windows if _has_baseline(signal) else windows[:1]:
             out.append({"record": name, "expr": signal.expr(window, matchers, keep, shift,
                                                             is_native(config))})
     model_keep = [label for label in keep if label != names.ROUTE]
     out.append({"record": n.upstream,
                 "expr": new_upstream_share(window, window, offset, matchers, model_keep)})
     return out
+
+
+def _has_baseline(signal: Signal) -> bool:
+    """The decision reads every signal's baseline but a tenant's own calls and TTFT (a
+    tenant's baseline on one route is a handful of calls, if any)."""
+    return not signal.tenant or (signal.per_model and signal.kind != "calls")
 
 
 def decision_records(config: Config) -> list[dict[str, Any]]:
@@ -145,7 +150,8 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
                    f"and ({now('cached_share')} <= {num(t.cache_ratio)} * "
                    f"{base('cached_share')})\n"
                    f"and ({now('cached_per_call')} <= {num(t.cache_ratio)} * "
-                   f"{base('cached_per_call')})")
+                   f"{base('cached_per_call')})\n"
+                   f"and ({now('tenant_model_calls')} >= {t.cold_min_calls})")
     model_tenant = [*(label for label in keep if label != names.ROUTE), names.TENANT]
     # "its TTFT rose, others' did not": at most half of the compared tenants (or one) slower.
     compared = f"count by ({by(keep)}) ({now('tenant_calls')} >= {t.tenant_min_calls})"

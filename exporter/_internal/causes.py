@@ -68,7 +68,7 @@ class Thresholds:
     #: ...and by this many standard errors of the difference of the two means: a mean over a
     #: few dozen calls of a route that mixes cached and uncached prompts moves by more than
     #: 25 % on its own (each call's spread is read from the window's p10..p90).
-    degraded_z: float = 3.0
+    degraded_z: float = 3.5
     #: route_change: share of the model's calls that reached an upstream unseen in the baseline,
     new_upstream_share: float = 0.5
     #: or the connect phase's mean up by a round trip and more.
@@ -89,6 +89,10 @@ class Thresholds:
     #: cache is gone, where a warm tenant's share dips to a third or a half whenever its
     #: prompts outgrow their cached prefix (and longer prompts alone lower the share only).
     cache_ratio: float = 0.2
+    #: ...over at least this many calls of the tenant on the model: an idle tenant's cache
+    #: comes back warm after one cold call per prompt prefix (the demo's tail tenants: 2-3
+    #: calls a window, all cold), a cold cache stays cold (its incident: 7-30 calls).
+    cold_min_calls: int = 5
 
 
 DEFAULT = Thresholds()
@@ -171,6 +175,7 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("tenant_ttft", "mean", names.TTFT, tenant=True),
     Signal("cached_share", "cached_share", tenant=True, per_model=True),
     Signal("cached_per_call", "cached_per_call", tenant=True, per_model=True),
+    Signal("tenant_model_calls", "calls", names.TTFT, tenant=True, per_model=True),  # (now)
 )
 SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
 
@@ -213,6 +218,7 @@ class Window:
     #: per tenant over all routes of the model
     cached_share: dict[str, float] = field(default_factory=dict)
     cached_per_call: dict[str, float] = field(default_factory=dict)
+    tenant_model_calls: dict[str, float] = field(default_factory=dict)
     #: route_change: share of the model's calls to an upstream the baseline did not see (only
     #: on the window being diagnosed).
     new_upstream_share: float | None = None
@@ -288,7 +294,8 @@ def _connect_rose(now: Window, base: Window, t: Thresholds) -> bool:
 def cold_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
     """Tenants of the model whose cached share of input tokens (over all its routes) fell past
     the thresholds, and their cached tokens per call with it (a prompt surge on one route
-    lowers every tenant's share, not what the cache serves per call)."""
+    lowers every tenant's share, not what the cache serves per call), over `cold_min_calls`
+    of the tenant's calls on the model (an idle tenant's first calls are cold, then warm)."""
     def served_less(tenant: str) -> bool:
         was, served = base.cached_per_call.get(tenant), now.cached_per_call.get(tenant)
         return was is not None and served is not None and served <= t.cache_ratio * was
@@ -297,7 +304,7 @@ def cold_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str
         tenant for tenant, share in now.cached_share.items()
         if (was := base.cached_share.get(tenant)) is not None
         and was - share >= t.cache_drop and share <= t.cache_ratio * was
-        and served_less(tenant))
+        and served_less(tenant) and now.tenant_model_calls.get(tenant, 0) >= t.cold_min_calls)
 
 
 def slower_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
