@@ -33,9 +33,9 @@ def on_target(incident: str, f: Finding) -> bool:
 
 
 def run(quick: bool = False) -> list[str]:
-    """The markdown lines; `quick` (the suite's smoke run) skips it: the day takes 125 s."""
+    """The markdown lines; `quick` (the suite's smoke run) skips it: the day takes 155 s."""
     if quick:
-        return ["(not run with --quick: it plays the 125 s incident day)"]
+        return ["(not run with --quick: it plays the 155 s incident day)"]
     from tests.support.incident_day import CALM, CONFIG, PHASE, played_day
 
     cfg = config_loader.load(CONFIG)
