@@ -198,27 +198,22 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
         registry.register(ExporterCollector())
         full, partial, scraped, reference = [], [], [], []
         size = 0
+
+        def render_changed(every: int, scraper: bool = False) -> tuple[float, int]:
+            """(ms, bytes) of a render after every `every`-th series changed since the last."""
+            for k, s in enumerate(rec.families[names.TTFT.name].series.values()):
+                if k % every == 0:
+                    rec._dirty.add(s)
+            start = time.perf_counter()
+            body = renderer.render(scraper=scraper)
+            return (time.perf_counter() - start) * 1000, len(body)
+
         for _ in range(runs):
-            for s in rec.families[names.TTFT.name].series.values():
-                rec._dirty.add(s)
-            start = time.perf_counter()
-            body = renderer.render()
-            full.append((time.perf_counter() - start) * 1000)
-            size = len(body)
-            # 10% of the series changed since the previous scrape
-            for k, s in enumerate(rec.families[names.TTFT.name].series.values()):
-                if k % 10 == 0:
-                    rec._dirty.add(s)
-            start = time.perf_counter()
-            renderer.render()
-            partial.append((time.perf_counter() - start) * 1000)
+            ms, size = render_changed(1)
+            full.append(ms)
+            partial.append(render_changed(10)[0])  # 10% of the series changed
             # the same for a scraper: the debut bookkeeping (debut.py) on top
-            for k, s in enumerate(rec.families[names.TTFT.name].series.values()):
-                if k % 10 == 0:
-                    rec._dirty.add(s)
-            start = time.perf_counter()
-            renderer.render(scraper=True)
-            scraped.append((time.perf_counter() - start) * 1000)
+            scraped.append(render_changed(10, scraper=True)[0])
             start = time.perf_counter()
             generate_latest(registry)
             reference.append((time.perf_counter() - start) * 1000)

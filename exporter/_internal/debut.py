@@ -60,11 +60,16 @@ class Debuts:
         return debut
 
     def zero_new_rows(self, families: list[Metric]) -> None:
-        """Show the counter rows this scrape sees for the first time at zero (in place)."""
+        """Show the counter rows this scrape sees for the first time at zero (in place).
+
+        The recorder's counter rows are never removed, so as many rows as were served means
+        none is new: a scrape without new rows costs a count per family, not a lookup per row.
+        """
         served = self._served_rows
-        for family in families:
-            if family.type != "counter":
-                continue
+        counters = [family for family in families if family.type == "counter"]
+        if sum(len(family.samples) for family in counters) == len(served):
+            return
+        for family in counters:
             samples = family.samples
             for i, sample in enumerate(samples):
                 row = _row(sample)
