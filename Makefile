@@ -33,10 +33,10 @@ bench: $(STAMP)
 generate: $(STAMP)
 	$(VENV)/bin/ttft-exporter generate
 
-# Regenerate exporter/_internal/proto/metrics_pb2.py from metrics.proto with protoc 26.1 (the
-# oldest protobuf runtime the package supports loads it), in a scratch venv: grpcio-tools is no
-# dependency of the project.
-PROTO_DIR := exporter/_internal/proto
+# Regenerate exporter/_internal/expose/proto/metrics_pb2.py from metrics.proto with protoc 26.1
+# (the oldest protobuf runtime the package supports loads it), in a scratch venv: grpcio-tools is
+# no dependency of the project.
+PROTO_DIR := exporter/_internal/expose/proto
 proto:
 	$(PYTHON) -m venv /tmp/ttft-protoc
 	/tmp/ttft-protoc/bin/pip install -q 'grpcio-tools==1.64.1'

@@ -12,10 +12,10 @@ import random
 
 import numpy as np
 
-from exporter._internal.config import Config
-from exporter._internal.histogram import Histogram, Layout, quantiles_of
+from exporter._internal.config.settings import Config
+from exporter._internal.expose.native import ZERO_THRESHOLD, NativeBuckets
 from exporter._internal.names import US_PER_SECOND
-from exporter._internal.native import ZERO_THRESHOLD, NativeBuckets
+from exporter._internal.record.histogram import Histogram, Layout, quantiles_of
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 

@@ -14,13 +14,13 @@ from hdrh.histogram import HdrHistogram
 from prometheus_client import CollectorRegistry, Histogram as PromHistogram, generate_latest
 
 from exporter._internal import names, runtime
-from exporter._internal.config import Config
-from exporter._internal.config_loader import load
-from exporter._internal.exposition import Renderer
+from exporter._internal.config.loader import load
+from exporter._internal.config.settings import Config
+from exporter._internal.expose.text import Renderer
 from exporter._internal.names import US_PER_SECOND
-from exporter._internal.recorder import Recorder
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 from exporter._internal.shim.manual import Call
-from exporter._internal.timeline import CallTimeline
 
 from .harness import Stat, interleaved, ratios
 
@@ -193,7 +193,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
         renderer = Renderer(rec)
         renderer.render(scraper=True)  # every series' debut: the runs below measure after it
         registry = CollectorRegistry()
-        from exporter._internal.collector import ExporterCollector
+        from exporter._internal.expose.collector import ExporterCollector
 
         registry.register(ExporterCollector())
         full, partial, scraped, reference = [], [], [], []
@@ -235,7 +235,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
 
 
 def _ttft_only(t: CallTimeline):
-    from exporter._internal.timeline import Derived
+    from exporter._internal.record.timeline import Derived
 
     return Derived(ttft=(t.first_token - t.start) // 1000, first_answer=None, tpot=None,
                    stall=None, duration=None, phases={}, gaps=[])

@@ -17,10 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from statistics import median
 
-from exporter._internal import config_loader, runtime
-from exporter._internal.causes import CAUSES, DEFAULT, SIGNALS, Finding
-from exporter._internal.diagnose import Prometheus, Request, diagnose
-from exporter._internal.generate import RULE_FILES, generate
+from exporter._internal import runtime
+from exporter._internal.config import loader as config_loader
+from exporter._internal.diagnose.causes import CAUSES, DEFAULT, SIGNALS, Finding
+from exporter._internal.diagnose.run import Prometheus, Request, diagnose
+from exporter._internal.generate.files import RULE_FILES, generate
 
 SKIP, RUNS, MIN_CALLS = 4.0, 5, 5
 

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import gzip
 import random
-from dataclasses import replace
 import shutil
 import time
 import urllib.request
+from dataclasses import replace
 
 import numpy as np
 
 from exporter._internal import names, runtime
-from exporter._internal.config import Config
-from exporter._internal.exposition import Renderer
-from exporter._internal.histogram import Histogram, Layout
+from exporter._internal.config.settings import Config
+from exporter._internal.expose.native import Converter, error_bound
+from exporter._internal.expose.protobuf import Encoder
+from exporter._internal.expose.server import ExporterServer, create_app
+from exporter._internal.expose.text import Renderer
 from exporter._internal.names import US_PER_SECOND
-from exporter._internal.native import Converter, error_bound
-from exporter._internal.protobuf_exposition import Encoder
-from exporter._internal.server import ExporterServer, create_app
-from exporter._internal.timeline import CallTimeline
+from exporter._internal.record.histogram import Histogram, Layout
+from exporter._internal.record.timeline import CallTimeline
 
 from .accuracy import QUANTILES, histogram_quantile, native_histogram_quantile, sample
 from .core import _ttft_only

@@ -17,14 +17,15 @@ import random
 import sys
 import time
 
-from exporter._internal import names, push, wire
-from exporter._internal.aggregator import Aggregator, tune_gc
-from exporter._internal.config import Config
+from exporter._internal import names
+from exporter._internal.config.settings import Config
 from exporter._internal.demo.loadgen import ANTHROPIC_SHARE, MODELS, ROUTES, TENANTS
-from exporter._internal.exposition import Renderer
-from exporter._internal.recorder import Recorder
-from exporter._internal.server import ExporterServer, create_app
-from exporter._internal.timeline import CallTimeline
+from exporter._internal.expose.server import ExporterServer, create_app
+from exporter._internal.expose.text import Renderer
+from exporter._internal.fleet import push, wire
+from exporter._internal.fleet.aggregator import Aggregator, tune_gc
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 
 from .harness import Stat
 

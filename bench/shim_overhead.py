@@ -200,8 +200,7 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
     from openai._models import construct_type
     from openai.types.chat import ChatCompletionChunk
 
-    from exporter._internal.shim import openai as shim_openai
-    from exporter._internal.shim import tokens
+    from exporter._internal.shim import openai as shim_openai, tokens
     from exporter._internal.shim.sdk_call import SdkCall
 
     parsed = [construct_type(type_=ChatCompletionChunk, value={
@@ -237,7 +236,7 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
 
     def finish() -> int:
         from exporter._internal import runtime
-        from exporter._internal.timeline import CallTimeline
+        from exporter._internal.record.timeline import CallTimeline
 
         t = CallTimeline(start=0, model="m", provider="bench", route="r", tenant="t")
         now = 1_000_000
@@ -521,8 +520,7 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
     from openai._models import construct_type
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    from exporter._internal.shim import hooks, tokens
-    from exporter._internal.shim import openai as shim_openai
+    from exporter._internal.shim import hooks, openai as shim_openai, tokens
 
     options = SimpleNamespace(url="/chat/completions", method="post",
                               json_data={"model": "bench-model", "messages": []})
@@ -579,7 +577,7 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
     out.append(f"| for scale: one bare OTel SDK span (start, 3 attributes, end), same provider | "
                f"{_stat(bare, 1)} |")
     from exporter._internal import runtime
-    from exporter._internal.timeline import CallTimeline
+    from exporter._internal.record.timeline import CallTimeline
 
     t = CallTimeline(start=0, model="m", provider="p", route="r", tenant="t", first_token=10,
                      first_answer_token=10, end=20, outcome="ok", dispatched=1, connected=1,
@@ -605,7 +603,7 @@ def isolated_per_call(runs: int, calls: int) -> list[str]:
 def _metrics_only() -> Iterator[None]:
     """Our hooks without spans: the peer's run installs a global SDK TracerProvider, which
     would otherwise give every measured call of ours a span too (measured apart, below)."""
-    from exporter._internal import otel
+    from exporter._internal.shim import otel
 
     original = otel.trace.get_tracer_provider
     otel.trace.get_tracer_provider = otel.trace.NoOpTracerProvider
@@ -620,10 +618,9 @@ def _tracing_off_and_on(fn: Callable[[], int], runs: int, calls: int
     """µs per call of `fn` without and with an SDK TracerProvider, interleaved run by run,
     and of a bare span on that provider (what any tracing of the call would cost at least)."""
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SpanExporter,
-                                                SpanExportResult)
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult, SpanExporter
 
-    from exporter._internal import otel
+    from exporter._internal.shim import otel
 
     class Discard(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

@@ -22,10 +22,11 @@ import sys
 from typing import Callable
 
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult, SpanExporter
 
 import exporter
-from exporter._internal import otel, runtime
+from exporter._internal import runtime
+from exporter._internal.shim import otel
 from exporter._internal.shim.task import Task
 
 from .harness import Stat, interleaved

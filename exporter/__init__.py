@@ -6,9 +6,9 @@ The public surface is exactly what is imported here (pinned by tests/test_public
 
 from prometheus_client.registry import Collector as _Collector
 
-from ._internal import collector as _collector_module
+from ._internal.expose import collector as _collector_module
+from ._internal.expose.server import start_http_server
 from ._internal.runtime import configure
-from ._internal.server import start_http_server
 from ._internal.shim.context import labels
 from ._internal.shim.instrument import instrument, uninstrument
 from ._internal.shim.manual import track

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from ._internal import runtime
-from ._internal.config import ConfigError
-from ._internal.config_loader import load
-from ._internal.server import serve_until_signalled
+from ._internal.config.loader import load
+from ._internal.config.settings import ConfigError
+from ._internal.expose.server import serve_until_signalled
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -24,8 +24,8 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ._internal.aggregator import Aggregator, tune_gc
-    from ._internal.server import create_app
+    from ._internal.expose.server import create_app
+    from ._internal.fleet.aggregator import Aggregator, tune_gc
 
     config = load(args.config)
     addr = args.addr or config.server.addr
@@ -51,12 +51,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _diagnose(args: argparse.Namespace) -> int:
     import json
-
     from dataclasses import replace
 
-    from ._internal.causes import DEFAULT
-    from ._internal.diagnose import (DiagnoseError, Prometheus, Request, diagnose,
-                                     parse_duration, parse_time, table)
+    from ._internal.diagnose.causes import DEFAULT
+    from ._internal.diagnose.run import (DiagnoseError, Prometheus, Request, diagnose,
+                                         parse_duration, parse_time, table)
 
     try:
         at = parse_time(args.at) if args.at else time.time()
@@ -81,7 +80,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import yaml
 
-    from ._internal.generate import generate, generate_defaults
+    from ._internal.generate.files import generate, generate_defaults
 
     if args.config is None:  # the defaults in both modes: what the repository commits
         written = generate_defaults(Path(args.out))

@@ -7,9 +7,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from exporter._internal import otel, runtime
+from exporter._internal import runtime
+from exporter._internal.shim import otel
 from tests.support import timing
-
 
 quiet_process = timing.quiet_process  # the `timing` mark's fixture
 

@@ -27,17 +27,18 @@ from aiohttp import web
 
 import exporter
 import exporter.integrations
-from exporter._internal import config_loader, names, runtime
-from exporter._internal.config import DashboardsConfig
+from exporter._internal import names, runtime
+from exporter._internal.config import loader as config_loader
+from exporter._internal.config.settings import DashboardsConfig
 from exporter._internal.demo.agents import EXTRACT_MAX_TOKENS, ROUTE, Agents, Timing
 from exporter._internal.demo.provider import create_app
 from exporter._internal.demo.relay import UP, Relay, RelayThread
-from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
-from exporter._internal.http_thread import HttpThread
+from exporter._internal.expose.http_thread import HttpThread
+from exporter._internal.generate.files import ALERTING_FILE, RECORDING_FILE, generate
+from exporter._internal.generate.panels import TOP
+from exporter._internal.record.tasks import step_of
+from exporter._internal.record.timeline import derive
 from exporter._internal.shim.task import Task
-from exporter._internal.tasks import step_of
-from exporter._internal.timeline import derive
-from exporter._internal.panels import TOP
 from tests import test_shim_support as support
 from tests.support.prometheus import (PrometheusServer, grafana_expr, require_prometheus,
                                       scrape_config)

@@ -18,17 +18,18 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hdrh.histogram import HdrHistogram
 
-from exporter._internal import names, push, wire
-from exporter._internal.aggregator import Aggregator
-from exporter._internal.config import AggregatorConfig, Config, ConfigError, PushConfig
-from exporter._internal.config_loader import load
+from exporter._internal import names
+from exporter._internal.config.loader import load
+from exporter._internal.config.settings import AggregatorConfig, Config, ConfigError, PushConfig
 from exporter._internal.demo.far_region import self_signed
-from exporter._internal.exposition import Renderer
-from exporter._internal.histogram import quantiles_of
-from exporter._internal.recorder import Recorder
+from exporter._internal.expose.server import ExporterServer, create_app
+from exporter._internal.expose.text import Renderer
+from exporter._internal.fleet import push, wire
+from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.record.histogram import quantiles_of
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 from tests.support import require_module
-from exporter._internal.server import ExporterServer, create_app
-from exporter._internal.timeline import CallTimeline
 
 
 def call(rec: Recorder, ttft_us: int, tenant: str = "t", model: str = "m",

@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter._internal import alerts, config, config_loader, names, promql
+from exporter._internal import names, promql
+from exporter._internal.config import loader as config_loader, settings as config
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.generate import (ALERTING_FILE, CAUSE_FILE, NATIVE_DIR, RECORDING_FILE,
-                                         RULE_FILES, generate, generate_defaults)
+from exporter._internal.generate import alerts
+from exporter._internal.generate.files import (ALERTING_FILE, CAUSE_FILE, NATIVE_DIR,
+                                               RECORDING_FILE, RULE_FILES, generate,
+                                               generate_defaults)
 from tests.support.prometheus import metric_names, require_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from exporter._internal import config, config_loader
-from exporter._internal.config import Config, ConfigError
+from exporter._internal.config import loader as config_loader, settings as config
+from exporter._internal.config.settings import Config, ConfigError
 
 CLI = [sys.executable, "-m", "exporter.cli"]
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from exporter._internal import config, config_loader, dashboards, names, promql
-from exporter._internal.generate import dashboard_json
+from exporter._internal import names, promql
+from exporter._internal.config import loader as config_loader, settings as config
+from exporter._internal.generate import dashboards
+from exporter._internal.generate.files import dashboard_json
 from tests.support.prometheus import (PrometheusServer, grafana_expr, metric_names,
                                       require_prometheus)
 from tests.test_alerts import recorded_names, served_metric_names

@@ -1,4 +1,4 @@
-"""A new series debuts at zero for scrapers (exporter/_internal/debut.py): rate() and increase()
+"""A new series debuts at zero for scrapers (exporter/_internal/expose/debut.py): rate() and increase()
 count nothing a series first appears with, so without the debut every tenant's first call is
 missing from Prometheus."""
 
@@ -11,9 +11,10 @@ from urllib.parse import urlparse
 import pytest
 
 import exporter
-from exporter._internal import names, runtime, server
-from exporter._internal.debut import SCRAPER_HEADER
-from exporter._internal.exposition import Renderer
+from exporter._internal import names, runtime
+from exporter._internal.expose import server
+from exporter._internal.expose.debut import SCRAPER_HEADER
+from exporter._internal.expose.text import Renderer
 from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 from tests.test_exposition import record
 from tests.test_protobuf_exposition import decode, text_samples

@@ -12,14 +12,14 @@ import openai
 import pytest
 
 from exporter._internal.demo import incidents
+from exporter._internal.demo.far_region import ONE_WAY_SECONDS, tls_available
 from exporter._internal.demo.incidents import INCIDENTS, IncidentDay, Knobs, playing
 from exporter._internal.demo.latency import LatencyModel, LatencySimulator, ModelProfile
 from exporter._internal.demo.loadgen import MODELS, ROUTES, LoadGenerator, LoadShape
 from exporter._internal.demo.provider import ProviderServer
-from exporter._internal.demo.far_region import ONE_WAY_SECONDS, tls_available
-from exporter._internal.timeline import derive
-from tests.support import skip_or_fail
+from exporter._internal.record.timeline import derive
 from tests import test_shim_support as support
+from tests.support import skip_or_fail
 from tests.test_shim_support import Recorded, script
 
 # Shared fixtures of tests/test_shim_support.py.

@@ -25,13 +25,14 @@ from typing import Any
 import pytest
 
 from exporter import cli
-from exporter._internal import config_loader, runtime
-from exporter._internal.cause_rules import LIKELY_CAUSE
-from exporter._internal.causes import standard_error
-from exporter._internal.diagnose import Prometheus, _windows
-from exporter._internal.generate import RULE_FILES, generate
-from exporter._internal.server import start_http_server
-from exporter._internal.timeline import CallTimeline
+from exporter._internal import runtime
+from exporter._internal.config import loader as config_loader
+from exporter._internal.diagnose.causes import standard_error
+from exporter._internal.diagnose.run import Prometheus, _windows
+from exporter._internal.expose.server import start_http_server
+from exporter._internal.generate.cause_rules import LIKELY_CAUSE
+from exporter._internal.generate.files import RULE_FILES, generate
+from exporter._internal.record.timeline import CallTimeline
 from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 
 MS = 1_000_000  # ns

@@ -1,4 +1,4 @@
-"""docs/metrics.md and exporter/names.py name the same metrics."""
+"""docs/metrics.md and exporter/_internal/names.py name the same metrics."""
 
 import re
 from pathlib import Path

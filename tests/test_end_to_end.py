@@ -8,10 +8,9 @@ bucket as the exporter's own exact HDR p99.
 import bisect
 
 from exporter._internal import names
-from exporter._internal.histogram import Histogram
+from exporter._internal.record.histogram import Histogram
 from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
-
 
 
 def test_prometheus_agrees_with_the_exporter_under_demo_load():

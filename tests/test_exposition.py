@@ -7,10 +7,10 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 import exporter
 from exporter._internal import names, runtime
-from exporter._internal.config_loader import load
-from exporter._internal.exposition import Renderer
-from exporter._internal.recorder import Recorder
-from exporter._internal.timeline import CallTimeline
+from exporter._internal.config.loader import load
+from exporter._internal.expose.text import Renderer
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 from tests.support.clock import ManualClock
 
 MS = 1_000_000

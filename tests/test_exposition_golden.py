@@ -14,10 +14,10 @@ significant digits: 128 sub-buckets per octave): 50,000 µs lies in [32,768, 65,
 
 from __future__ import annotations
 
-from exporter._internal.config_loader import load
-from exporter._internal.exposition import Renderer
-from exporter._internal.recorder import Recorder
-from exporter._internal.timeline import CallTimeline
+from exporter._internal.config.loader import load
+from exporter._internal.expose.text import Renderer
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 from tests.support.clock import ManualClock
 
 LABELS = 'model="m",provider="p",route="r",tenant="t"'

@@ -1,8 +1,8 @@
 """Label guard: tenant policies, the per-(model, route) cap, sanitising; all counted."""
 
 from exporter._internal import names
-from exporter._internal.config import LabelConfig
-from exporter._internal.guard import LabelGuard
+from exporter._internal.config.settings import LabelConfig
+from exporter._internal.record.guard import LabelGuard
 
 
 def test_raw_policy_caps_tenants_per_model_and_route():

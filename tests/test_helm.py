@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter._internal.config_loader import load
-from exporter._internal.generate import RULE_FILES, generate
+from exporter._internal.config.loader import load
+from exporter._internal.generate.files import RULE_FILES, generate
 from tests.support import require_module
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@ import random
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from exporter._internal.histogram import Histogram, Layout, quantiles_of
+from exporter._internal.record.histogram import Histogram, Layout, quantiles_of
 
 HOUR_US = 3_600_000_000
 QS = [0.0001, 0.5, 0.9, 0.99, 0.999, 1.0]

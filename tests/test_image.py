@@ -48,7 +48,7 @@ def test_the_build_context_installs_the_package_and_its_command(tmp_path: Path) 
     assert install.returncode == 0, install.stderr
     [entry_points] = site.glob("ttft_exporter-*.dist-info/entry_points.txt")
     assert "ttft-exporter = exporter.cli:main" in entry_points.read_text()
-    assert (site / "exporter" / "_internal" / "server.py").is_file()
+    assert (site / "exporter" / "_internal" / "expose" / "server.py").is_file()
     run = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
                           "from exporter.cli import main; main(['serve', '--help'])", str(site)],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)

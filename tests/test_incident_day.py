@@ -18,19 +18,20 @@ import json
 import math
 import time
 from dataclasses import replace
-from statistics import median
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import pytest
 
-from exporter._internal import config_loader, runtime
-from exporter._internal.causes import DEFAULT, SIGNALS_BY_KEY, UNKNOWN
+from exporter._internal import runtime
+from exporter._internal.config import loader as config_loader
 from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.diagnose import Prometheus, Request, diagnose
-from exporter._internal.generate import RULE_FILES, generate
-from exporter._internal.panels import TOP
+from exporter._internal.diagnose.causes import DEFAULT, SIGNALS_BY_KEY, UNKNOWN
+from exporter._internal.diagnose.run import Prometheus, Request, diagnose
+from exporter._internal.generate.files import RULE_FILES, generate
+from exporter._internal.generate.panels import TOP
 from tests.support import skip_or_fail
 from tests.support.incident_day import CALM, CONFIG, PHASE, WINDOW, played_day
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from bench.accuracy import native_buckets, native_histogram_quantile
-from exporter._internal.histogram import Histogram, Layout
-from exporter._internal.native import (MAX_SCHEMA, MIN_SCHEMA, Converter, error_bound,
-                                       native_index)
+from exporter._internal.expose.native import (MAX_SCHEMA, MIN_SCHEMA, Converter, error_bound,
+                                              native_index)
+from exporter._internal.record.histogram import Histogram, Layout
 
 HOUR_US = 3_600_000_000
 US = 1_000_000

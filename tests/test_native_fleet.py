@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter._internal import config, config_loader, names, promql
-from exporter._internal.generate import ALERTING_FILE, RECORDING_FILE, generate
-from exporter._internal.histogram import Layout
-from exporter._internal.native import error_bound
+from exporter._internal import names, promql
+from exporter._internal.config import loader as config_loader, settings as config
+from exporter._internal.expose.native import error_bound
+from exporter._internal.generate.files import ALERTING_FILE, RECORDING_FILE, generate
+from exporter._internal.record.histogram import Layout
 from tests.support import fleet_pod
 from tests.support.prometheus import (PrometheusServer, grafana_expr, require_prometheus,
                                       scrape_config)

@@ -6,9 +6,10 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from exporter._internal import names, otel
-from exporter._internal.config import Config
-from exporter._internal.timeline import CallTimeline, derive
+from exporter._internal import names
+from exporter._internal.config.settings import Config
+from exporter._internal.record.timeline import CallTimeline, derive
+from exporter._internal.shim import otel
 from exporter.integrations import genai_views
 
 MS = 1_000_000

@@ -12,12 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import exporter
 from bench.accuracy import native_buckets
-from exporter._internal import names, runtime, textformat
-from exporter._internal.config import ConfigError
-from exporter._internal.config_loader import load
-from exporter._internal.proto import metrics_pb2 as pb
-from exporter._internal.server import OPENMETRICS, PROTOBUF, TEXT, negotiate
-from exporter._internal.textformat import PROTOBUF_CONTENT_TYPE, TEXT_CONTENT_TYPE
+from exporter._internal import names, runtime
+from exporter._internal.config.loader import load
+from exporter._internal.config.settings import ConfigError
+from exporter._internal.expose import textformat
+from exporter._internal.expose.proto import metrics_pb2 as pb
+from exporter._internal.expose.server import OPENMETRICS, PROTOBUF, TEXT, negotiate
+from exporter._internal.expose.textformat import PROTOBUF_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from tests.test_exposition import record
 
 #: What Prometheus 2.42 sends with --enable-feature=native-histograms (captured from it).
@@ -92,7 +93,7 @@ def test_every_family_and_value_of_the_text_format_is_served() -> None:
 
 
 def _native(h: pb.Histogram):
-    from exporter._internal.native import NativeBuckets
+    from exporter._internal.expose.native import NativeBuckets
 
     return NativeBuckets(h.schema, h.zero_count, [(s.offset, s.length) for s in h.positive_span],
                          list(h.positive_delta))

@@ -17,14 +17,15 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 import exporter
-from exporter._internal import hdr_codec, names, push, runtime, wire
-from exporter._internal.aggregator import Aggregator
-from exporter._internal.config import Config, PushConfig
-from exporter._internal.exposition import Renderer
-from exporter._internal.histogram import Histogram, Layout
-from exporter._internal.recorder import Recorder
-from exporter._internal.server import ExporterServer, create_app
-from exporter._internal.timeline import CallTimeline
+from exporter._internal import names, runtime
+from exporter._internal.config.settings import Config, PushConfig
+from exporter._internal.expose.server import ExporterServer, create_app
+from exporter._internal.expose.text import Renderer
+from exporter._internal.fleet import codec as hdr_codec, push, wire
+from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.record.histogram import Histogram, Layout
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 
 HOUR_US = 3_600_000_000
 

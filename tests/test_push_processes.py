@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from exporter._internal import names
-from exporter._internal.config import Config
+from exporter._internal.config.settings import Config
 
 CLI = [sys.executable, "-m", "exporter.cli"]
 WORKERS, CALLS = 4, 500
@@ -35,7 +35,7 @@ MASTER = r'''
 import json, os, sys, time
 import exporter
 from exporter._internal import runtime
-from exporter._internal.timeline import CallTimeline
+from exporter._internal.record.timeline import CallTimeline
 
 url, values_path, pace = sys.argv[1], sys.argv[2], float(sys.argv[3])
 parent_calls = int(sys.argv[4])

@@ -8,8 +8,8 @@ import pytest
 
 import exporter
 from exporter._internal import names
-from exporter._internal.textformat import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
-from exporter._internal.server import wants_openmetrics
+from exporter._internal.expose.server import wants_openmetrics
+from exporter._internal.expose.textformat import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 from tests.support.prometheus import PROMTOOL, require_prometheus
 
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"

@@ -11,9 +11,9 @@ import pytest
 
 import exporter
 from exporter._internal import names, runtime
-from exporter._internal.timeline import derive
-from tests.support.timing import timing
+from exporter._internal.record.timeline import derive
 from tests import test_shim_support as support
+from tests.support.timing import timing
 from tests.test_shim_support import Recorded, assert_from_wire, assert_near, drops, script
 
 # Shared fixtures of tests/test_shim_support.py.

@@ -17,10 +17,8 @@ import pytest
 
 import exporter
 from exporter._internal import names, runtime
-from exporter._internal.shim import instrument as instrument_module
-from exporter._internal.shim import openai as shim_openai
-from exporter._internal.shim import anthropic as shim_anthropic
-from exporter._internal.shim import httpx_trace
+from exporter._internal.shim import (anthropic as shim_anthropic, httpx_trace,
+                                     instrument as instrument_module, openai as shim_openai)
 from tests import test_shim_support as support
 from tests.test_shim_support import Recorded, drops, script
 

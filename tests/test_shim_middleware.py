@@ -11,9 +11,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import exporter
 from exporter._internal import names
-from exporter.integrations import ASGIMiddleware, aiohttp_middleware
-from exporter.integrations import aiohttp_trace_config as trace_config
-from exporter._internal.timeline import derive
+from exporter._internal.record.timeline import derive
+from exporter.integrations import (ASGIMiddleware, aiohttp_middleware,
+                                   aiohttp_trace_config as trace_config)
 from tests import test_shim_support as support
 from tests.test_shim_support import script
 

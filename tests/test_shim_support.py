@@ -11,10 +11,9 @@ import pytest
 import exporter
 from exporter._internal import names, runtime
 from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer
-from exporter._internal.shim import anthropic as shim_anthropic
-from exporter._internal.shim import hooks, httpx_trace, providers
-from exporter._internal.shim import openai as shim_openai
-from exporter._internal.timeline import CallTimeline, derive
+from exporter._internal.record.timeline import CallTimeline, derive
+from exporter._internal.shim import (anthropic as shim_anthropic, hooks, httpx_trace,
+                                     openai as shim_openai, providers)
 
 #: Timing tolerance of the tests: ±10 ms or ±5 %, whichever is larger.
 ABS_TOL, REL_TOL = 0.010, 0.05

@@ -15,15 +15,16 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import exporter
 import exporter.integrations
-from exporter._internal import names, otel, push, runtime, tasks, wire
-from exporter._internal.aggregator import Aggregator
-from exporter._internal.config import Config
-from exporter._internal.config_loader import load
-from exporter._internal.exposition import Renderer
-from exporter._internal.recorder import Recorder
-from exporter._internal.shim import deadline, manual
-from exporter._internal.shim import task as task_module
-from exporter._internal.timeline import CallTimeline, derive
+from exporter._internal import names, runtime
+from exporter._internal.config.loader import load
+from exporter._internal.config.settings import Config
+from exporter._internal.expose.text import Renderer
+from exporter._internal.fleet import push, wire
+from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.record import tasks
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline, derive
+from exporter._internal.shim import deadline, manual, otel, task as task_module
 
 MS = 1_000_000  # ns
 

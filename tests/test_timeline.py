@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from exporter._internal import names
-from exporter._internal.timeline import CallTimeline, derive, outcome_of, phases
+from exporter._internal.record.timeline import CallTimeline, derive, outcome_of, phases
 
 MS = 1_000_000  # ns
 

@@ -17,9 +17,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import exporter
-from exporter._internal import names, otel, runtime
-from tests.support.prometheus import PrometheusServer, require_prometheus
+from exporter._internal import names, runtime
+from exporter._internal.shim import otel
 from tests import test_shim_support as support
+from tests.support.prometheus import PrometheusServer, require_prometheus
 from tests.test_shim_support import ABS_TOL, script
 
 # Shared fixtures of tests/test_shim_support.py.

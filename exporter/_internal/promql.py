@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from prometheus_client.utils import floatToGoString
 
 from . import names
-from .config import SLO, AlertingConfig, Config
+from .config.settings import SLO, AlertingConfig, Config
 
 # --- policy -----------------------------------------------------------------------------------
 

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import names
-from .config_loader import load
-from .config import Config
-from .exposition import ExtraFamilies, Renderer
-from .push import Flusher, push_url
-from .recorder import Recorder
+from .config.loader import load
+from .config.settings import Config
+from .expose.text import ExtraFamilies, Renderer
+from .fleet.push import Flusher, push_url
+from .record.recorder import Recorder
 
 log = logging.getLogger("exporter.runtime")
 

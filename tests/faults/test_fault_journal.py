@@ -10,11 +10,12 @@ import subprocess
 import urllib.error
 import urllib.request
 
-from exporter._internal import names, push, wire
-from exporter._internal.aggregator import Aggregator
-from exporter._internal.config import AggregatorConfig, Config
-from exporter._internal.recorder import Recorder
-from exporter._internal.timeline import CallTimeline
+from exporter._internal import names
+from exporter._internal.config.settings import AggregatorConfig, Config
+from exporter._internal.fleet import push, wire
+from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 from tests.test_push_processes import CLI, Serve, free_port
 
 

@@ -6,13 +6,14 @@ import gc
 import tracemalloc
 
 import exporter
-from exporter._internal import names, push, runtime, wire
-from exporter._internal.aggregator import Aggregator
-from exporter._internal.config_loader import load
-from exporter._internal.exposition import Renderer
-from exporter._internal.guard import INVALID
-from exporter._internal.recorder import Recorder
-from exporter._internal.timeline import CallTimeline
+from exporter._internal import names, runtime
+from exporter._internal.config.loader import load
+from exporter._internal.expose.text import Renderer
+from exporter._internal.fleet import push, wire
+from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.record.guard import INVALID
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 
 LIMITS = {"labels": {"max_series": 500, "max_models": 10, "max_routes": 20,
                      "max_providers": 4, "max_tenants": 5}}

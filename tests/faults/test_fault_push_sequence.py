@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from exporter._internal import names, push, wire
-from exporter._internal.aggregator import Aggregator, Applied
-from exporter._internal.config import Config
-from exporter._internal.recorder import Recorder
-from exporter._internal.timeline import CallTimeline
+from exporter._internal import names
+from exporter._internal.config.settings import Config
+from exporter._internal.fleet import push, wire
+from exporter._internal.fleet.aggregator import Aggregator, Applied
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 
 
 def body(seq: int, calls: int) -> bytes:
@@ -44,8 +45,8 @@ def test_batches_a_worker_gives_up_are_counted_on_both_sides(tmp_path, caplog):
     batches it gives up at exit (its own exposition serves the count)."""
     from dataclasses import replace
 
-    from exporter._internal.config import AggregatorConfig, PushConfig
-    from exporter._internal.exposition import Renderer
+    from exporter._internal.config.settings import AggregatorConfig, PushConfig
+    from exporter._internal.expose.text import Renderer
     from tests.test_push import Aggregated, call
 
     token = tmp_path / "token"

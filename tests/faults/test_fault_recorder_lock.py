@@ -8,7 +8,7 @@ import threading
 
 import exporter
 from exporter._internal import names, runtime
-from exporter._internal.timeline import CallTimeline
+from exporter._internal.record.timeline import CallTimeline
 
 
 def test_a_call_ending_while_another_thread_holds_the_lock_waits_and_is_recorded():

@@ -10,14 +10,16 @@ import time
 import urllib.request
 from dataclasses import replace
 
-from exporter._internal import connection_guard, names, push, wire
-from exporter._internal.aggregator import Aggregator
-from exporter._internal.config import Config, ServerConfig
-from exporter._internal.config_loader import load
-from exporter._internal.exposition import Renderer
-from exporter._internal.recorder import Recorder
-from exporter._internal.server import ExporterServer, create_app
-from exporter._internal.timeline import CallTimeline
+from exporter._internal import names
+from exporter._internal.config.loader import load
+from exporter._internal.config.settings import Config, ServerConfig
+from exporter._internal.expose import connection_guard
+from exporter._internal.expose.server import ExporterServer, create_app
+from exporter._internal.expose.text import Renderer
+from exporter._internal.fleet import push, wire
+from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.timeline import CallTimeline
 
 LIMITS = ServerConfig(max_connections=20, header_timeout_seconds=1.0, body_timeout_seconds=1.0)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import exporter
-from exporter._internal import names, otel, runtime
+from exporter._internal import names, runtime
+from exporter._internal.shim import otel
 
 
 class BrokenProvider:

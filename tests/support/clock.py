@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter._internal.clock import Clock
+from exporter._internal.record.clock import Clock
 
 
 class ManualClock(Clock):

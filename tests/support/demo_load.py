@@ -21,7 +21,7 @@ from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import LoadGenerator, LoadShape
 from exporter._internal.demo.provider import ProviderServer
-from exporter._internal.server import ExporterServer, start_http_server
+from exporter._internal.expose.server import ExporterServer, start_http_server
 
 
 class DemoLoad:

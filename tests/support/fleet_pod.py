@@ -15,7 +15,7 @@ import sys
 
 import exporter
 from exporter._internal import runtime
-from exporter._internal.timeline import CallTimeline
+from exporter._internal.record.timeline import CallTimeline
 
 CALLS = 3000
 MODEL, ROUTE, PROVIDER = "fleet-model", "chat", "p"

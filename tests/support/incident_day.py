@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter._internal import names
-from exporter._internal.config import Config
+from exporter._internal.config.settings import Config
 from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import MODELS, LoadShape

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .. import http_thread
+from ..expose import http_thread
 from .relay import Relay
 
 #: Half the round trip to the far region (seconds).

@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
-from .. import http_thread
+from ..expose import http_thread
 from .far_region import FarRegion, start_far_region
 from .incidents import Knobs
 from .latency import LatencyModel, LatencySimulator, Plan, limited

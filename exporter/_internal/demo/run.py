@@ -8,7 +8,7 @@ import signal
 from typing import Any
 
 from .. import names, runtime
-from ..server import start_http_server
+from ..expose.server import start_http_server
 from .agents import run_agents
 from .far_region import tls_available
 from .incidents import IncidentDay, Knobs

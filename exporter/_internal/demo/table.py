@@ -13,8 +13,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from .. import names
-from ..histogram import Histogram, WindowPart, part_count, quantiles_of
-from ..recorder import US_PER_SECOND, Recorder
+from ..record.histogram import Histogram, WindowPart, part_count, quantiles_of
+from ..record.recorder import US_PER_SECOND, Recorder
 
 QUANTILES = (0.5, 0.9, 0.99)
 _ROW = "{:<14}{:<11}{:>9}{:>8}{:>8}{:>11}{:>8}"

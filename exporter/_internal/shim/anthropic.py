@@ -26,7 +26,6 @@ from .hooks import SDK, client_hooks, start_hook
 from .providers import client_provider
 from .sdk_call import HOT_ANTHROPIC, Endpoint, SdkCall, field
 
-
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
                  "output_tokens")
 

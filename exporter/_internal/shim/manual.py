@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from time import perf_counter_ns
 from types import TracebackType
-
 from typing import Any, MutableMapping
 
-from .. import names, otel, runtime
-from ..timeline import CallTimeline, derive, outcome_of
-from . import context, deadline
+from .. import names, runtime
+from ..record.timeline import CallTimeline, derive, outcome_of
+from . import context, deadline, otel
 from .task import Task, current as current_task
 
 _GENAI_METRICS = otel.GenAIMetrics()

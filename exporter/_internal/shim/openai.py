@@ -28,7 +28,6 @@ from .providers import client_provider
 from .sdk_call import HOT_CHAT, HOT_RESPONSES, Endpoint, SdkCall, field
 
 
-
 # --- Chat Completions -----------------------------------------------------------------------------
 def chat_classify(chunk: Any, call: SdkCall) -> str | None:
     choices = chunk.choices

@@ -28,9 +28,10 @@ from time import perf_counter_ns
 from types import TracebackType
 from typing import Any
 
-from .. import names, otel, runtime, tasks
-from ..timeline import CallTimeline, Derived, outcome_of
-from . import deadline as deadlines
+from .. import names, runtime
+from ..record import tasks
+from ..record.timeline import CallTimeline, Derived, outcome_of
+from . import deadline as deadlines, otel
 
 _TASK: ContextVar["Task | None"] = ContextVar("ttft_exporter_task", default=None)
 #: Shortest timeout `sdk_timeout` passes (a deadline already passed still gets a request out).

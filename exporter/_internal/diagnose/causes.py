@@ -1,0 +1,393 @@
+"""Which of the four failure modes raised TTFT: the signals, the thresholds and the decision.
+
+README's "Why" names four failures that one slow LLM call hides; each has its own fix and its
+own fingerprint in the metrics (docs/diagnose.md):
+
+| cause | signals |
+| --- | --- |
+| `prefill_surge` | input tokens per call up, prefill phase up |
+| `cold_cache` | a few tenants' cached share of input tokens down, their TTFT up |
+| `noisy_neighbour` | the largest stall per call up for the model; input unchanged |
+| `route_change` | calls reach an upstream (address, region, fingerprint) unseen in the baseline, or the connect phase up |
+
+Both readers of the decision take it from here: `ttft-exporter diagnose` (diagnose.py) queries
+the signals over any two windows and calls `classify`; the generated rules (cause_rules.py)
+record the same signals over `alerting.tenant_window_seconds` against the same window
+`alerting.tenant_baseline_offset_seconds` earlier, and compare them with the same thresholds.
+Every signal is a mean (histogram `_sum` / `_count`) or a ratio of counters: exact in both
+histogram modes, and steadier than a p99 over a few calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .. import names
+from ..config.settings import AlertingConfig
+from ..promql import by, histogram_rate, quantile, regex, runbook_url, selector
+
+PREFILL_SURGE = "prefill_surge"
+COLD_CACHE = "cold_cache"
+NOISY_NEIGHBOUR = "noisy_neighbour"
+ROUTE_CHANGE = "route_change"
+UNKNOWN = "unknown"
+#: In the order the decision tries them: a changed upstream is a fact, not an inference; so is
+#: a cache that serves a few slower tenants next to nothing any more, where a route's mean
+#: prompt over a window may be a few long ones; and longer prompts explain stalls (a huge
+#: prefill blocks the batch) where stalls do not explain longer prompts.
+CAUSES: tuple[str, ...] = (ROUTE_CHANGE, COLD_CACHE, PREFILL_SURGE, NOISY_NEIGHBOUR, UNKNOWN)
+
+#: Section of docs/runbooks.md per cause (the demo's incident of that failure mode).
+RUNBOOK = {
+    PREFILL_SURGE: "Incident: long-prompt prefill surge",
+    COLD_CACHE: "Incident: prompt cache gone cold after idling",
+    NOISY_NEIGHBOUR: "Incident: noisy neighbour freezing every stream",
+    ROUTE_CHANGE: "Incident: silent route change to a farther region",
+    UNKNOWN: "LLMTTFTLikelyCause",
+}
+
+#: The phases the decision reads.
+CONNECT, SERVER, PREFILL = "connect", "server", "prefill"
+PHASES = (CONNECT, SERVER, PREFILL)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The decision's thresholds (docs/runbooks.md, "Why is TTFT up?", gives the reasoning)."""
+
+    #: Calls a (model, route) needs in each window to be compared at all (the rules use
+    #: `alerting.min_calls`).
+    min_calls: int = 20
+    #: ...and a tenant in the diagnosed window, to be compared with its (model, route).
+    tenant_min_calls: int = 2
+    #: TTFT (or first-answer) mean now / baseline, and now - baseline, that count as degraded.
+    degraded_factor: float = 1.25
+    degraded_min_seconds: float = 0.1
+    #: ...and by this many standard errors of the difference of the two means: a mean over a
+    #: few dozen calls of a route that mixes cached and uncached prompts moves by more than
+    #: 25 % on its own (each call's spread is read from the window's p10..p90).
+    degraded_z: float = 3.5
+    #: route_change: share of the model's calls that reached an upstream unseen in the baseline,
+    new_upstream_share: float = 0.5
+    #: or the connect phase's mean up by a round trip and more.
+    connect_factor: float = 2.0
+    connect_min_seconds: float = 0.05
+    #: prefill_surge: input tokens per call and the prefill phase's mean, now / baseline.
+    input_factor: float = 1.5
+    prefill_factor: float = 1.25
+    #: ...and the prefill grew at most this many times as much as the prompts did ("in
+    #: proportion"): a prefill that outgrew its prompts waited on something else.
+    prefill_excess: float = 2.0
+    #: noisy_neighbour: the mean of each call's largest stall, now / baseline and now - baseline.
+    stall_factor: float = 2.0
+    stall_min_seconds: float = 0.25
+    #: cold_cache: a tenant's cached share of input tokens fell by this much (absolute)...
+    cache_drop: float = 0.25
+    #: ...to at most this share of its baseline, and its cached tokens per call too: a cold
+    #: cache is gone, where a warm tenant's share dips to a third or a half whenever its
+    #: prompts outgrow their cached prefix (and longer prompts alone lower the share only).
+    cache_ratio: float = 0.2
+    #: ...over at least this many calls of the tenant on the model: an idle tenant's cache
+    #: comes back warm after one cold call per prompt prefix (the demo's tail tenants: 2-3
+    #: calls a window, all cold), a cold cache stays cold (its incident: 7-30 calls).
+    cold_min_calls: int = 5
+
+
+DEFAULT = Thresholds()
+
+
+# --- the signals ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Signal:
+    """One number per (model, route[, tenant][, phase]) over a window: `kind` says how it is
+    computed from `family` (a histogram mean) or from the usage counters (a ratio)."""
+
+    key: str
+    #: "mean" (histogram sum / count), "calls" (count increase), "spread" (p90 - p10),
+    #: "cached_share" (cached / all input tokens), "cached_per_call" (cached tokens / calls)
+    kind: str
+    family: names.Family | None = None
+    tenant: bool = False
+    phase: bool = False
+    per_model: bool = False  # over all routes of the model (no route label)
+
+    def expr(self, window: str, matchers: Sequence[str], keep: Sequence[str],
+             offset: str = "", native: bool = False) -> str:
+        """PromQL of the signal over `window` (shifted back by `offset`), by `keep` (plus
+        tenant or phase where the signal has them)."""
+        labels = [*(k for k in keep if not (self.per_model and k == names.ROUTE)),
+                  *([names.TENANT] if self.tenant else []),
+                  *([names.PHASE] if self.phase else [])]
+        m = [*matchers, *([regex(names.PHASE, "|".join(PHASES))] if self.phase else [])]
+        grouped = f"sum by ({by(labels)})"
+        if self.kind in ("cached_share", "cached_per_call"):
+            shift = f" offset {offset}" if offset else ""
+            cached = selector(names.USAGE_CACHED_INPUT_TOKENS, m)
+            if self.kind == "cached_share":
+                total = f"rate({selector(names.USAGE_INPUT_TOKENS, m)}[{window}]{shift})"
+            else:
+                total = histogram_rate(names.TTFT, "count", m, window, offset, native)
+            return (f"{grouped} (rate({cached}[{window}]{shift}))\n"
+                    f"/ ({grouped} ({total}) > 0)")
+        assert self.family is not None
+        if self.kind == "spread":
+            high, low = (quantile(q, self.family, labels, window, m, offset, native)
+                         for q in SPREAD_QUANTILES)
+            return f"(\n{high}\n- {low}\n) >= 0"  # NaN (no calls) is no spread
+        count = f"{grouped} ({histogram_rate(self.family, 'count', m, window, offset, native)})"
+        if self.kind == "calls":
+            return f"{count} * {_seconds(window)}"
+        total = f"{grouped} ({histogram_rate(self.family, 'sum', m, window, offset, native)})"
+        return f"{total}\n/ ({count} > 0)"
+
+
+def _seconds(window: str) -> str:
+    """A PromQL duration's seconds (rate × seconds = the increase, without increase()'s
+    extrapolation quirks differing from rate's)."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    for unit in ("ms", "s", "m", "h", "d", "w"):
+        if window.endswith(unit) and window[:-len(unit)].isdigit():
+            return format(int(window[:-len(unit)]) * units[unit], "g")
+    raise ValueError(f"not a single-unit duration: {window}")
+
+
+#: The spread signals' quantiles, and that spread in standard deviations of a normal
+#: distribution: (p90 - p10) / 2.563 estimates a call's standard deviation without a sum of
+#: squares, from the buckets both histogram modes already serve.
+SPREAD_QUANTILES = (0.9, 0.1)
+SPREAD_IN_SD = 2.563
+
+SIGNALS: tuple[Signal, ...] = (
+    Signal("calls", "calls", names.TTFT),
+    Signal("ttft", "mean", names.TTFT),
+    Signal("ttft_spread", "spread", names.TTFT),
+    Signal("first_answer", "mean", names.FIRST_ANSWER),
+    Signal("first_answer_spread", "spread", names.FIRST_ANSWER),
+    Signal("input_tokens", "mean", names.INPUT_TOKENS),
+    Signal("input_tokens_spread", "spread", names.INPUT_TOKENS),
+    Signal("stall", "mean", names.STALL),
+    Signal("phase", "mean", names.PHASE_FAMILY, phase=True),
+    Signal("phase_spread", "spread", names.PHASE_FAMILY, phase=True),
+    Signal("tenant_calls", "calls", names.TTFT, tenant=True),  # (now only, in the rules)
+    Signal("tenant_ttft", "mean", names.TTFT, tenant=True),
+    Signal("cached_share", "cached_share", tenant=True, per_model=True),
+    Signal("cached_per_call", "cached_per_call", tenant=True, per_model=True),
+    Signal("tenant_model_calls", "calls", names.TTFT, tenant=True, per_model=True),  # (now)
+)
+SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
+
+#: The labels of one upstream identity (llm_client_upstream_requests_total).
+IDENTITY = (names.ADDRESS, names.REGION, names.FINGERPRINT)
+
+
+def new_upstream_share(window: str, baseline: str, baseline_offset: str,
+                       matchers: Sequence[str], keep: Sequence[str]) -> str:
+    """Share of each model's calls over `window` that reached an upstream identity with no
+    calls over the `baseline` window that ends `baseline_offset` before the evaluation time.
+    0, not empty, when every upstream is known; empty without calls."""
+    upstream = selector(names.UPSTREAM_REQUESTS, matchers)
+    seen = f"increase({upstream}[{baseline}] offset {baseline_offset}) > 0"
+    calls = f"increase({upstream}[{window}])"
+    total = f"sum by ({by(keep)}) ({calls})"
+    new = (f"sum by ({by(keep)}) (\n  {calls}\n  unless on ({by([*keep, *IDENTITY])})\n"
+           f"  {seen}\n)")
+    return f"(\n{new}\nor 0 * {total}\n)\n/ ({total} > 0)"
+
+
+# --- the decision -----------------------------------------------------------------------------
+
+@dataclass
+class Window:
+    """The signals of one (model, route) over one window, as numbers (None: no value)."""
+
+    calls: float = 0.0
+    ttft: float | None = None
+    ttft_spread: float | None = None
+    first_answer: float | None = None
+    first_answer_spread: float | None = None
+    input_tokens: float | None = None
+    input_tokens_spread: float | None = None
+    stall: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    phase_spreads: dict[str, float] = field(default_factory=dict)
+    tenant_calls: dict[str, float] = field(default_factory=dict)
+    tenant_ttft: dict[str, float] = field(default_factory=dict)
+    #: per tenant over all routes of the model
+    cached_share: dict[str, float] = field(default_factory=dict)
+    cached_per_call: dict[str, float] = field(default_factory=dict)
+    tenant_model_calls: dict[str, float] = field(default_factory=dict)
+    #: route_change: share of the model's calls to an upstream the baseline did not see (only
+    #: on the window being diagnosed).
+    new_upstream_share: float | None = None
+    upstreams: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    """One degraded (model, route): the likely cause, and the numbers that decided it."""
+
+    model: str
+    route: str
+    cause: str
+    tenants: list[str]
+    evidence: dict[str, float]
+    runbook: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"model": self.model, "route": self.route, "cause": self.cause,
+                "tenants": self.tenants, "evidence": self.evidence, "runbook": self.runbook}
+
+
+def _rose(now: float | None, base: float | None, factor: float, floor: float) -> bool:
+    """`now` is at least `factor`× and `floor` above `base` (False where either is missing)."""
+    return now is not None and base is not None and now >= factor * base and \
+        now - base >= floor
+
+
+def standard_error(now: Window, base: Window, key: str) -> float:
+    """Standard error of the difference of the two windows' means of `key` ("ttft",
+    "first_answer", "input_tokens", or a phase as "phase:connect"), from each window's p10..p90
+    spread; a window without a spread (no buckets to read) adds nothing."""
+    def variance(w: Window) -> float:
+        value = w.phase_spreads.get(key[6:]) if key.startswith("phase:") else \
+            getattr(w, f"{key}_spread")
+        if value is None or not value >= 0 or w.calls <= 0:  # None, NaN
+            return 0.0
+        return (value / SPREAD_IN_SD) ** 2 / w.calls
+
+    return math.sqrt(variance(now) + variance(base))
+
+
+def _rose_clearly(now: Window, base: Window, key: str, factor: float, floor: float,
+                  t: Thresholds) -> bool:
+    """The mean of `key` ("ttft", "first_answer", "input_tokens") rose past `factor`, `floor`
+    and `degraded_z` standard errors of the difference."""
+    a, b = getattr(now, key), getattr(base, key)
+    return _rose(a, b, factor, floor) and \
+        a - b >= t.degraded_z * standard_error(now, base, key)
+
+
+def _degraded(now: Window, base: Window, key: str, t: Thresholds) -> bool:
+    return _rose_clearly(now, base, key, t.degraded_factor, t.degraded_min_seconds, t)
+
+
+def _in_proportion(now: Window, base: Window, t: Thresholds) -> bool:
+    """The prefill phase's mean grew at most `prefill_excess` times as much as input tokens
+    per call (False where a baseline is missing or zero: no proportion to judge)."""
+    pre_now, pre_base = now.phases.get(PREFILL), base.phases.get(PREFILL)
+    if pre_now is None or not pre_base or now.input_tokens is None or not base.input_tokens:
+        return False
+    return pre_now / pre_base <= t.prefill_excess * now.input_tokens / base.input_tokens
+
+
+def _connect_rose(now: Window, base: Window, t: Thresholds) -> bool:
+    """The connect phase's mean rose past its factor, its floor and `degraded_z` standard
+    errors: a few calls opening connections (a burst of concurrency) is not a route change."""
+    a, b = now.phases.get(CONNECT), base.phases.get(CONNECT)
+    return _rose(a, b, t.connect_factor, t.connect_min_seconds) and \
+        a - b >= t.degraded_z * standard_error(now, base, f"phase:{CONNECT}")  # type: ignore
+
+
+def cold_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
+    """Tenants of the model whose cached share of input tokens (over all its routes) fell past
+    the thresholds, and their cached tokens per call with it (a prompt surge on one route
+    lowers every tenant's share, not what the cache serves per call), over `cold_min_calls`
+    of the tenant's calls on the model (an idle tenant's first calls are cold, then warm)."""
+    def served_less(tenant: str) -> bool:
+        was, served = base.cached_per_call.get(tenant), now.cached_per_call.get(tenant)
+        return was is not None and served is not None and served <= t.cache_ratio * was
+
+    return sorted(
+        tenant for tenant, share in now.cached_share.items()
+        if (was := base.cached_share.get(tenant)) is not None
+        and was - share >= t.cache_drop and share <= t.cache_ratio * was
+        and served_less(tenant) and now.tenant_model_calls.get(tenant, 0) >= t.cold_min_calls)
+
+
+def slower_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
+    """Tenants with calls now whose TTFT mean is past the thresholds above the (model, route)'s
+    baseline mean: a tenant's own baseline on one route is a handful of calls, if any."""
+    return sorted(
+        tenant for tenant, value in now.tenant_ttft.items()
+        if now.tenant_calls.get(tenant, 0) >= t.tenant_min_calls
+        and _rose(value, base.ttft, t.degraded_factor, t.degraded_min_seconds))
+
+
+def classify(model: str, route: str, now: Window, base: Window,
+             t: Thresholds = DEFAULT, alerting: AlertingConfig = AlertingConfig()
+             ) -> Finding | None:
+    """The finding for one (model, route), or None when its TTFT is not degraded.
+
+    Degraded: enough calls in both windows, and the TTFT or first-answer mean rose past
+    `degraded_factor`, `degraded_min_seconds` and `degraded_z` standard errors; or a tenant's
+    TTFT rose past the first two while its cache went cold (one tenant's cold cache barely
+    moves its route's mean). Then the first cause of CAUSES whose signals hold; `unknown`
+    when none does.
+    """
+    if now.calls < t.min_calls or base.calls < t.min_calls:
+        return None
+    route_degraded = _degraded(now, base, "ttft", t) or _degraded(now, base, "first_answer", t)
+    slower = slower_tenants(now, base, t)
+    compared = [x for x in now.tenant_calls if now.tenant_calls[x] >= t.tenant_min_calls]
+    # "its TTFT rose, others' did not": with most tenants slower, it is not one cache (one
+    # slower tenant is few, even when it is the only one with calls enough to compare).
+    few = slower if compared and len(slower) <= max(1.0, len(compared) / 2) else []
+    cold = [tenant for tenant in cold_tenants(now, base, t) if tenant in few]
+    if not route_degraded and not cold:
+        return None
+    evidence: dict[str, float] = {}
+
+    def note(name: str, a: float | None, b: float | None) -> None:
+        if a is not None:
+            evidence[f"{name}_now"] = round(a, 4)
+        if b is not None:
+            evidence[f"{name}_baseline"] = round(b, 4)
+
+    note("ttft_mean_seconds", now.ttft, base.ttft)
+    note("first_answer_mean_seconds", now.first_answer, base.first_answer)
+    for key in ("ttft", "first_answer"):
+        error, a, b = standard_error(now, base, key), getattr(now, key), getattr(base, key)
+        if error > 0 and a is not None and b is not None:
+            evidence[f"{key}_rise_standard_errors"] = round((a - b) / error, 2)
+    evidence["calls_now"], evidence["calls_baseline"] = round(now.calls, 1), round(base.calls, 1)
+    evidence["tenants_slower"], evidence["tenants_compared"] = len(slower), len(compared)
+
+    connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
+    new_share = now.new_upstream_share
+    surge = _rose_clearly(now, base, "input_tokens", t.input_factor, 0.0, t) and \
+        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) \
+        and _in_proportion(now, base, t)
+    # A new upstream is a fact and comes first; a connect phase that rose alone comes after a
+    # prompt surge (longer calls hold more connections open, and new ones cost a connect).
+    if (new_share is not None and new_share >= t.new_upstream_share) or \
+            (not cold and not surge and _connect_rose(now, base, t)):
+        cause, tenants = ROUTE_CHANGE, []
+        evidence["new_upstream_share"] = round(new_share or 0.0, 4)
+        note("connect_mean_seconds", *connect)
+        note("server_mean_seconds", now.phases.get(SERVER), base.phases.get(SERVER))
+    elif cold:
+        cause, tenants = COLD_CACHE, cold
+        for tenant in cold:
+            note(f"cached_share[{tenant}]", now.cached_share.get(tenant),
+                 base.cached_share.get(tenant))
+            note(f"ttft_mean_seconds[{tenant}]", now.tenant_ttft.get(tenant), None)
+    elif surge:
+        cause, tenants = PREFILL_SURGE, few
+        note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+        note("prefill_mean_seconds", now.phases.get(PREFILL), base.phases.get(PREFILL))
+    elif _rose(now.stall, base.stall, t.stall_factor, t.stall_min_seconds):
+        cause, tenants = NOISY_NEIGHBOUR, []
+        note("stall_mean_seconds", now.stall, base.stall)
+        note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+    else:
+        cause, tenants = UNKNOWN, few
+        note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+        note("stall_mean_seconds", now.stall, base.stall)
+        for phase in PHASES:
+            note(f"{phase}_mean_seconds", now.phases.get(phase), base.phases.get(phase))
+        evidence["new_upstream_share"] = round(new_share or 0.0, 4)
+    return Finding(model, route, cause, tenants, evidence,
+                   runbook_url(alerting, RUNBOOK[cause]))

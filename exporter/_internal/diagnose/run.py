@@ -1,0 +1,212 @@
+"""`ttft-exporter diagnose`: name the failure mode behind a TTFT rise, from a real Prometheus.
+
+It reads the signals of causes.py over two windows through Prometheus' HTTP API (instant
+queries of `rate(...[window])` at each window's end), so it needs no recording rules and works
+on any Prometheus that scrapes the exporter. The decision itself is `causes.classify`; this
+module only fetches the numbers, groups them by (model, route) and prints the findings.
+
+Errors the user can fix (Prometheus unreachable, an API error, a bad argument) raise
+`DiagnoseError`, which the command line prints as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .. import names
+from ..config.settings import AlertingConfig
+from ..promql import MODEL_ROUTE, duration, eq
+from .causes import (DEFAULT, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds, Window, classify,
+                     new_upstream_share)
+
+
+class DiagnoseError(Exception):
+    """A problem the user can fix; its message is the one line printed."""
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a Prometheus-style duration (`15m`, `1h30m`, `90s`)."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(a + b for a, b in parts) != text.strip():
+        raise DiagnoseError(f"not a duration: {text!r} (use e.g. 15m, 1h, 90s)")
+    seconds = sum(float(n) * _UNIT[u] for n, u in parts)
+    if seconds < 1:
+        raise DiagnoseError(f"duration too short: {text!r} (at least 1s)")
+    return seconds
+
+
+def parse_time(text: str) -> float:
+    """Unix seconds of `text`: a number, or an RFC 3339 / ISO 8601 time with its zone."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise DiagnoseError(f"not a time: {text!r} (unix seconds or RFC 3339)") from None
+    if parsed.tzinfo is None:
+        raise DiagnoseError(f"time without a zone: {text!r} (add Z or +01:00)")
+    return parsed.timestamp()
+
+
+class Prometheus:
+    """Instant queries over Prometheus' HTTP API (`/api/v1/query`)."""
+
+    def __init__(self, url: str, timeout: float = 10.0):
+        if not re.match(r"https?://", url):
+            raise DiagnoseError(f"--prometheus must be an http(s) URL, got {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def query(self, expr: str, at: float) -> list[dict[str, Any]]:
+        """The result vector of `expr` at unix time `at`."""
+        body = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"}).encode()
+        request = urllib.request.Request(self.url + "/api/v1/query", data=body)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                doc = json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            try:
+                detail = json.loads(e.read()).get("error", e.reason)
+            except ValueError:
+                detail = e.reason
+            raise DiagnoseError(f"Prometheus at {self.url} answered HTTP {e.code}: "
+                                f"{detail}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            raise DiagnoseError(f"cannot query Prometheus at {self.url}: {reason}") from None
+        if doc.get("status") != "success":
+            raise DiagnoseError(f"Prometheus at {self.url}: {doc.get('error', doc)}")
+        return doc["data"]["result"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to compare: the window ending `at` (`since` long) with the `baseline` window
+    ending `baseline_at` (default: where the first starts)."""
+
+    at: float
+    since: float
+    baseline: float
+    baseline_at: float | None = None
+    model: str | None = None
+    route: str | None = None
+
+    @property
+    def baseline_end(self) -> float:
+        return self.at - self.since if self.baseline_at is None else self.baseline_at
+
+
+def native_only(prom: Prometheus, at: float, matchers: Sequence[str]) -> bool:
+    """True when Prometheus stores the TTFT histogram as native histograms only (no classic
+    `_count` series to read). No TTFT series at all is an error: nothing to diagnose."""
+    ttft, inner = names.TTFT.name, ", ".join(matchers)
+    if prom.query(f"count(last_over_time({ttft}_count{{{inner}}}[1h]))", at):
+        return False
+    if prom.query(f"count(last_over_time({ttft}{{{inner}}}[1h]))", at):
+        return True
+    where = f" matching {{{inner}}}" if inner else ""
+    raise DiagnoseError(f"Prometheus at {prom.url} has no {ttft} series{where} in the hour "
+                        f"before {_clock(at)}: is it scraping the exporter?")
+
+
+def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str],
+             native: bool, pool: ThreadPoolExecutor) -> dict[tuple[str, str], Window]:
+    """Every signal over `window` seconds ending at `at`, per (model, route)."""
+    dur = duration(window)
+    futures = {s.key: pool.submit(prom.query, s.expr(dur, matchers, MODEL_ROUTE, native=native),
+                                  at) for s in SIGNALS}
+    out: dict[tuple[str, str], Window] = {}
+    #: per-model signal -> model -> tenant -> value
+    per_model: dict[str, dict[str, dict[str, float]]] = {}
+    for key, future in futures.items():
+        for row in future.result():
+            if SIGNALS_BY_KEY[key].per_model:
+                models = per_model.setdefault(key, {})
+                tenants = models.setdefault(row["metric"].get(names.MODEL, ""), {})
+                tenants[row["metric"].get(names.TENANT, "")] = float(row["value"][1])
+                continue
+            labels, value = row["metric"], float(row["value"][1])
+            w = out.setdefault((labels.get(names.MODEL, ""), labels.get(names.ROUTE, "")),
+                               Window())
+            if key in ("calls", "ttft", "ttft_spread", "first_answer", "first_answer_spread",
+                       "input_tokens", "input_tokens_spread", "stall"):
+                setattr(w, key, value)
+            elif key == "phase":
+                w.phases[labels.get(names.PHASE, "")] = value
+            elif key == "phase_spread":
+                w.phase_spreads[labels.get(names.PHASE, "")] = value
+            else:
+                getattr(w, key)[labels.get(names.TENANT, "")] = value
+    for (model, _), w in out.items():
+        for key, models in per_model.items():
+            setattr(w, key, models.get(model, {}))
+    return out
+
+
+def diagnose(prom: Prometheus, req: Request, thresholds: Thresholds = DEFAULT,
+             alerting: AlertingConfig = AlertingConfig()) -> list[Finding]:
+    """The findings, one per degraded (model, route), sorted by model and route."""
+    matchers = [eq(label, value) for label, value in ((names.MODEL, req.model),
+                                                      (names.ROUTE, req.route)) if value]
+    native = native_only(prom, req.at, matchers)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        upstream = pool.submit(prom.query, new_upstream_share(
+            duration(req.since), duration(req.baseline), duration(req.at - req.baseline_end),
+            [m for m in matchers if not m.startswith(names.ROUTE)], (names.MODEL,)), req.at)
+        now = _windows(prom, req.at, req.since, matchers, native, pool)
+        base = _windows(prom, req.baseline_end, req.baseline, matchers, native, pool)
+        shares = {row["metric"].get(names.MODEL, ""): float(row["value"][1])
+                  for row in upstream.result()}
+    findings = []
+    for (model, route), window in sorted(now.items()):
+        window.new_upstream_share = shares.get(model)
+        found = classify(model, route, window, base.get((model, route), Window()), thresholds,
+                         alerting)
+        if found is not None:
+            findings.append(found)
+    return findings
+
+
+def table(findings: list[Finding], req: Request) -> str:
+    """The findings as text for a terminal: one block per (model, route)."""
+    span = (f"last {duration(req.since)} to {_clock(req.at)} vs {duration(req.baseline)} "
+            f"to {_clock(req.baseline_end)}")
+    if not findings:
+        return f"TTFT not degraded anywhere ({span})."
+    lines = [f"{len(findings)} degraded (model, route) ({span}):", ""]
+    for f in findings:
+        who = ", ".join(f.tenants) if f.tenants else "all tenants"
+        lines.append(f"{f.model} / {f.route}: {f.cause}  ({who})")
+        for key in sorted({k.rsplit("_", 1)[0] for k in f.evidence
+                           if k.endswith(("_now", "_baseline"))}):
+            now, was = f.evidence.get(f"{key}_now"), f.evidence.get(f"{key}_baseline")
+            lines.append(f"    {key:<42} {_num(now):>10}  (baseline {_num(was)})")
+        for key, value in f.evidence.items():
+            if not key.endswith(("_now", "_baseline")):
+                lines.append(f"    {key:<42} {_num(value):>10}")
+        lines.append(f"    runbook: {f.runbook}")
+    return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else format(x, ".4g")
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))

@@ -1,0 +1,423 @@
+"""`ttft-exporter serve` as the aggregator: many worker processes, one exact scrape target.
+
+Workers (push.py) POST deltas to `/push`. Each body is validated completely before
+anything is applied (`wire.decode`), so a bad push changes nothing; it is answered with a 4xx
+and counted in `ttft_exporter_push_rejected_total{reason}`: `unauthorized` (401: bearer token
+missing or wrong, compared in constant time), `too_large` (413: over `max_body_bytes`, or
+inflating past `max_decompressed_bytes`), `malformed` (400), `incompatible` (409: another
+format version or histogram layout). A valid push is merged exactly into the process's recorder
+(HDR add with the straddle counts and exact sums; window slices fed at receive time; counters
+added) unless its (worker, seq) was already applied: then it is acknowledged and ignored, which
+makes the workers' retries idempotent. The in-flight gauge is the sum of each live worker's latest
+value; a worker's gauges expire when it stops pushing (`gauge_ttl_seconds`, default 3 × its
+interval) or at once when its last push says `final`.
+
+Restart safety, with `snapshot_path` (journal.py): every push is journalled before it is
+applied and acknowledged, and the whole state (histograms, counters, the applied (worker, seq)
+map, the self-metrics) is snapshotted every `snapshot_interval_seconds` and at shutdown. At start
+the snapshot is loaded and the journal replayed (duplicates skipped by seq), so a SIGTERM or even
+a SIGKILL loses no acknowledged push and Prometheus sees no counter reset; a push that could not
+be journalled is answered 503 and stays with its worker, which resends it. The sliding windows
+are not saved: they refill within `window.seconds`.
+
+The aggregator owns its recorder; runtime.become_aggregator() makes it the one the process
+serves, with the self-metrics below rendered after the recorder's families.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Callable
+
+from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from .. import names
+from ..config.settings import Config, ConfigError
+from ..expose import connection_guard
+from ..record.recorder import Recorder
+from . import wire
+from .access import Access
+from .journal import StateFiles
+from .wire import Delta, PushError
+
+log = logging.getLogger("exporter.aggregator")
+
+SNAPSHOT_WORKER = "snapshot"
+#: Gauges of a worker that gave no interval expire after this long at least.
+MIN_GAUGE_TTL = 10.0
+
+_HELP = {
+    names.SELF_PUSH_REJECTED: "Pushes rejected by this aggregator, by reason.",
+    names.SELF_PUSH_BATCHES: "Pushes accepted: applied, or duplicate (a retry already applied).",
+    names.SELF_PUSH_WORKERS: "Worker processes whose gauges are live (pushed recently).",
+    names.SELF_PUSH_LOST: "Batches workers dropped unacknowledged (queue bound or rejected).",
+    names.SELF_PUSH_FAILURES: "Failed push attempts reported by the workers (later retried).",
+    names.SELF_SNAPSHOT_FAILURES: "State snapshots or journal writes that failed.",
+}
+
+
+def tune_gc() -> None:
+    """For the dedicated `ttft-exporter serve` process: collect young objects less often.
+
+    Each push allocates thousands of short-lived objects (the parsed JSON, the decoded deltas)
+    while the merged state is large and long-lived; with CPython's default thresholds the cyclic
+    collector then ran often enough to cost as much as the decoding itself (bench/push.py).
+    The aggregator creates almost no reference cycles, so collecting 70x less often costs
+    nothing in memory. The state restored at start is frozen out of the collector's scans.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
+class Aggregator:
+    """Receives worker pushes into its recorder (new, or the one given)."""
+
+    def __init__(self, config: Config, recorder: Recorder | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        agg = config.aggregator
+        self.config = config
+        self.recorder = recorder = recorder if recorder is not None else Recorder(config)
+        self.clock = clock
+        self.access = Access(config)  # reads the secrets: ConfigError when unusable
+        #: One thread applies pushes, expires gauges and writes snapshots, one at a time, off
+        #: the event loop.
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-aggregator")
+        self.rejected = {reason: 0 for reason in names.REJECT_REASONS}
+        self.batches = {result: 0 for result in names.PUSH_RESULTS}
+        self.lost_batches = 0
+        self.push_failures = 0
+        self.snapshot_failures = 0
+        #: worker id -> the seqs applied, least recently pushed first (bounded: max_workers)
+        self.applied: dict[str, Applied] = {}
+        #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
+        self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
+        self._gauge_totals: dict[tuple[str, ...], int] = {}
+        self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
+        self._last_snapshot = clock()
+        if self.files is not None:
+            folder = self.files.path.parent
+            if not folder.is_dir():
+                raise ConfigError("config", [("aggregator.snapshot_path",
+                                              f"the directory {folder} does not exist")])
+            try:
+                self.restore()
+            except OSError as e:
+                raise ConfigError("config", [("aggregator.snapshot_path",
+                                              f"cannot use {e.filename or folder}: "
+                                              f"{e.strerror or e}")]) from None
+
+    # --- receiving ------------------------------------------------------------------------------
+
+    def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Validate and apply one (authorized, size-checked) push body: (HTTP status, answer)."""
+        try:
+            delta = wire.decode(body, self.recorder.schema,
+                                max_inflated=self.config.aggregator.max_decompressed_bytes)
+        except PushError as e:
+            return self.reject(e.reason, e.detail)
+        if self.is_duplicate(delta):
+            self.batches[names.PUSH_DUPLICATE] += 1
+            return 200, {"applied": False, "seq": delta.seq}
+        if self.files is not None:
+            try:
+                self.files.append(body)
+            except OSError as e:
+                self.snapshot_failures += 1
+                log.warning("ttft-exporter aggregator: cannot journal a push (%s); answered "
+                            "503, the worker keeps it", e.strerror or e)
+                return 503, {"error": "unavailable", "detail": "the push could not be made "
+                                                               "durable; retry later"}
+        self.apply(delta)
+        return 200, {"applied": True, "seq": delta.seq}
+
+    def reject(self, reason: str, detail: str) -> tuple[int, dict[str, Any]]:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        status = {names.REJECT_UNAUTHORIZED: 401, names.REJECT_TOO_LARGE: 413,
+                  names.REJECT_INCOMPATIBLE: 409}.get(reason, 400)
+        return status, {"error": reason, "detail": detail}
+
+    def is_duplicate(self, delta: Delta) -> bool:
+        """True when this (worker, seq) was applied already (a retry)."""
+        seqs = self.applied.get(delta.worker)
+        return seqs is not None and delta.seq in seqs
+
+    def apply(self, delta: Delta, window: bool = True) -> bool:
+        """Merge a validated delta unless its (worker, seq) was applied; True when merged."""
+        worker = delta.worker
+        if self.is_duplicate(delta):
+            self.batches[names.PUSH_DUPLICATE] += 1
+            return False
+        self.recorder.absorb(delta, window=window)
+        seqs = self.applied.pop(worker, None) or Applied()
+        seqs.add(delta.seq)
+        self.applied[worker] = seqs
+        while len(self.applied) > self.config.aggregator.max_workers:
+            del self.applied[next(iter(self.applied))]
+        if window:  # live pushes (not a replay at start) carry the worker's current gauges
+            if delta.final:
+                self._set_gauges(worker, None)
+            else:
+                ttl = self.config.aggregator.gauge_ttl_seconds or max(3 * delta.interval,
+                                                                      MIN_GAUGE_TTL)
+                self._set_gauges(worker, self.recorder.in_flight_rows(delta.in_flight),
+                                 self.clock() + ttl)
+        self.lost_batches += delta.lost_batches
+        self.push_failures += delta.push_failures
+        self.batches[names.PUSH_APPLIED] += 1
+        return True
+
+    def _set_gauges(self, worker: str, values: dict[tuple[str, ...], int] | None,
+                    expires: float = 0.0) -> None:
+        """A worker's latest gauges (None: gone); the served totals follow incrementally."""
+        old = self.gauges.pop(worker, None)
+        if values is not None:
+            self.gauges[worker] = (expires, values)
+        old_values = old[1] if old is not None else {}
+        if old_values == (values or {}):
+            return
+        totals = self._gauge_totals
+        for key, n in old_values.items():
+            left = totals.get(key, 0) - n
+            if left:
+                totals[key] = left
+            else:
+                totals.pop(key, None)
+        for key, n in (values or {}).items():
+            totals[key] = totals.get(key, 0) + n
+        self.recorder.set_in_flight(totals)  # type: ignore[arg-type]
+
+    def expire(self) -> None:
+        """Drop the gauges of workers that stopped pushing."""
+        now = self.clock()
+        for worker in [w for w, (expires, _) in self.gauges.items() if expires < now]:
+            self._set_gauges(worker, None)
+
+    # --- HTTP -----------------------------------------------------------------------------------
+
+    async def handle_push(self, request: web.Request) -> web.Response:
+        """POST /push."""
+        try:
+            if not self.access.push_authorized(request.headers.get("Authorization", "")):
+                status, answer = self.reject(names.REJECT_UNAUTHORIZED,
+                                             "missing or wrong bearer token")
+                return web.json_response(answer, status=status, headers={
+                    "WWW-Authenticate": 'Bearer realm="ttft-exporter"'})
+            if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+                status, answer = self.reject(names.REJECT_MALFORMED, "the body is compressed "
+                                             "by the format: no Content-Encoding")
+                return web.json_response(answer, status=status)
+            limit = self.config.aggregator.max_body_bytes
+            if request.content_length is not None and request.content_length > limit:
+                status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                             f"body over {limit} bytes")
+                return web.json_response(answer, status=status)
+            chunks, size = [], 0
+            try:
+                async with asyncio.timeout(self.config.server.body_timeout_seconds):
+                    async for chunk in request.content.iter_chunked(1 << 16):
+                        size += len(chunk)
+                        if size > limit:
+                            status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                                         f"body over {limit} bytes")
+                            return web.json_response(answer, status=status)
+                        chunks.append(chunk)
+            except TimeoutError:  # a client trickling its body: its connection goes
+                connection_guard.CLOSED["slow"] += 1
+                response = web.json_response({"error": "timeout", "detail": "body too slow"},
+                                             status=408)
+                response.force_close()
+                return response
+            # validation and merging run on the aggregator's own thread: the event loop keeps
+            # answering (/healthz, scrapes) during the largest push
+            status, answer = await asyncio.get_running_loop().run_in_executor(
+                self.worker, self.accept, b"".join(chunks))
+            return web.json_response(answer, status=status)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            raise
+        except Exception:  # a bug must not take the aggregator down, nor half-apply silently
+            log.exception("ttft-exporter aggregator: push failed")
+            return web.json_response({"error": "internal"}, status=500)
+
+    async def background(self, app: web.Application) -> AsyncIterator[None]:
+        """aiohttp cleanup context: expiry and snapshots while serving, a snapshot at the end."""
+        task = asyncio.create_task(self._ticks())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.get_running_loop().run_in_executor(self.worker, self.close)
+        self.worker.shutdown(wait=True)
+
+    async def _ticks(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await loop.run_in_executor(self.worker, self._tick)
+            except Exception:
+                log.exception("ttft-exporter aggregator: background task failed")
+
+    def _tick(self) -> None:
+        self.expire()
+        interval = self.config.aggregator.snapshot_interval_seconds
+        if self.files is not None and self.clock() - self._last_snapshot >= interval:
+            self.snapshot()
+
+    def close(self) -> None:
+        """Write the last snapshot and close the journal (idempotent)."""
+        if self.files is not None and self.files.is_open:
+            self.snapshot()
+            self.files.close()
+
+    # --- self-metrics ---------------------------------------------------------------------------
+
+    def families(self) -> list[Metric]:
+        rejected = CounterMetricFamily(names.SELF_PUSH_REJECTED,
+                                       _HELP[names.SELF_PUSH_REJECTED], labels=[names.REASON])
+        for reason, n in self.rejected.items():
+            rejected.add_metric([reason], n)
+        batches = CounterMetricFamily(names.SELF_PUSH_BATCHES, _HELP[names.SELF_PUSH_BATCHES],
+                                      labels=[names.RESULT])
+        for result, n in self.batches.items():
+            batches.add_metric([result], n)
+        return [
+            rejected, batches,
+            GaugeMetricFamily(names.SELF_PUSH_WORKERS, _HELP[names.SELF_PUSH_WORKERS],
+                              value=len(self.gauges)),
+            CounterMetricFamily(names.SELF_PUSH_LOST, _HELP[names.SELF_PUSH_LOST],
+                                value=self.lost_batches),
+            CounterMetricFamily(names.SELF_PUSH_FAILURES, _HELP[names.SELF_PUSH_FAILURES],
+                                value=self.push_failures),
+            CounterMetricFamily(names.SELF_SNAPSHOT_FAILURES,
+                                _HELP[names.SELF_SNAPSHOT_FAILURES], value=self.snapshot_failures),
+        ]
+
+    # --- snapshot and journal -------------------------------------------------------------------
+
+    def state_document(self) -> dict[str, Any]:
+        """Everything that must survive a restart, as one delta-format document plus extras."""
+        rec = self.recorder
+        delta = Delta(worker=SNAPSHOT_WORKER, final=True)
+        for state in rec.families.values():
+            for series, hist, exemplars in rec.snapshot(state):
+                if hist.count:
+                    key = (state.family.name, series.values)
+                    delta.histograms[key] = hist
+                    if exemplars:
+                        delta.exemplars[key] = exemplars
+        counters = rec.counters()
+        delta.requests = counters.requests  # type: ignore[assignment]
+        delta.tenant_folds = counters.folds  # type: ignore[assignment]
+        delta.dropped = counters.drops
+        delta.input_tokens = counters.input_tokens  # type: ignore[assignment]
+        delta.cached_tokens = counters.cached_tokens  # type: ignore[assignment]
+        delta.upstreams = counters.upstreams  # type: ignore[assignment]
+        delta.counters = counters.counts  # type: ignore[assignment]
+        doc = wire.payload(delta, rec.schema.layouts())
+        doc["applied"] = [[worker, seqs.floor, sorted(seqs.above)]
+                          for worker, seqs in self.applied.items()]
+        doc["self"] = {"rejected": self.rejected, "batches": self.batches,
+                       "lost_batches": self.lost_batches, "push_failures": self.push_failures,
+                       "snapshot_failures": self.snapshot_failures}
+        doc["written"] = time.time()
+        return doc
+
+    def snapshot(self) -> bool:
+        """Write the state atomically, then empty the journal; False (counted) on failure."""
+        self._last_snapshot = self.clock()
+        if self.files is None:
+            return False
+        try:
+            self.files.write_snapshot(self.state_document())
+            return True
+        except OSError as e:
+            self.snapshot_failures += 1
+            log.warning("ttft-exporter aggregator: cannot write snapshot %s: %s",
+                        self.files.path, e.strerror or e)
+            return False
+
+    def restore(self) -> None:
+        """Load the snapshot and replay the journal (at start, before serving)."""
+        assert self.files is not None
+        doc = self.files.read_snapshot()
+        if doc is not None:
+            try:
+                delta = wire.from_payload(doc, self.recorder.schema)
+                applied = _applied_map(doc.get("applied"))
+            except ValueError as e:
+                self.files.set_aside(str(e))
+            else:
+                self.apply(delta, window=False)
+                self.applied = applied
+                self.batches[names.PUSH_APPLIED] -= 1  # the snapshot itself is no push
+                extra = doc.get("self") if isinstance(doc.get("self"), dict) else {}
+                for name, target in (("rejected", self.rejected), ("batches", self.batches)):
+                    for key, n in (extra.get(name) or {}).items():
+                        if key in target and type(n) is int and n >= 0:
+                            target[key] += n
+                for name in ("lost_batches", "push_failures", "snapshot_failures"):
+                    n = extra.get(name)
+                    if type(n) is int and n >= 0:
+                        setattr(self, name, getattr(self, name) + n)
+        replayed = 0
+        for body in self.files.replay():
+            try:
+                delta = wire.decode(body, self.recorder.schema, max_inflated=1 << 34)
+            except PushError as e:
+                log.warning("ttft-exporter aggregator: journal record skipped: %s", e)
+                continue
+            replayed += self.apply(delta, window=False)
+        if replayed:
+            log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
+                        self.files.journal_path)
+
+class Applied:
+    """The seqs of one worker applied so far: all up to `floor`, and those in `above`.
+
+    A worker sends its batches in order, but a retry can arrive after a later batch (or a
+    restarted aggregator can see them out of order): a seq below the highest applied one is new
+    unless it is in the set. A worker that gave up a batch leaves a gap for good, so `above`
+    is bounded: past MAX_ABOVE seqs the floor moves up to the oldest of them.
+    """
+
+    __slots__ = ("floor", "above")
+    MAX_ABOVE = 256
+
+    def __init__(self, floor: int = 0, above: set[int] | None = None):
+        self.floor = floor
+        self.above = above or set()
+
+    def __contains__(self, seq: int) -> bool:
+        return seq <= self.floor or seq in self.above
+
+    def add(self, seq: int) -> None:
+        self.above.add(seq)
+        if len(self.above) > self.MAX_ABOVE:  # a gap that will never fill: step over it
+            self.floor = min(self.above) - 1
+        while self.floor + 1 in self.above:
+            self.floor += 1
+            self.above.discard(self.floor)
+
+
+def _applied_map(value: Any) -> dict[str, Applied]:
+    """The snapshot's [worker, floor, [seqs above]] entries ([worker, seq] in older ones)."""
+    if not isinstance(value, list):
+        raise ValueError("applied map missing")
+    out: dict[str, Applied] = {}
+    for item in value:
+        if not (isinstance(item, list) and len(item) in (2, 3) and isinstance(item[0], str)
+                and type(item[1]) is int):
+            raise ValueError("applied map entry is not [worker, floor, [seqs]]")
+        above = item[2] if len(item) == 3 else []
+        if not (isinstance(above, list) and all(type(seq) is int for seq in above)):
+            raise ValueError("applied map entry has bad seqs")
+        out[item[0]] = Applied(item[1], set(above))
+    return out

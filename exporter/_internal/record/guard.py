@@ -1,0 +1,158 @@
+"""Label guard: keeps the number of series bounded whatever label values callers pass.
+
+Every label value is sanitised (type, length, printable) instead of raising; a value whose
+`str()` fails becomes `invalid`, and the call is still counted. Model, route, provider and agent
+task values are capped (`labels.max_models`, `max_routes`, `max_providers`, `max_tasks` distinct
+values; a provider controls `model` through its response, a service's routes and tasks are its
+own), the rest fold into `__other__`. Tenant values come from request headers, i.e. from
+outside: they are kept raw, hashed or allow-listed, each (model, route) holds at most
+`max_tenants` of them and all tenant sets together at most `max_series` values; the rest fold
+into `__other__`. Each model keeps at most `max_upstreams` upstream identities (address, region,
+fingerprint; the rest fold into `__other__`), so a provider rotating addresses or fingerprints
+cannot grow the exporter either. Every fold is counted
+(`folds` per (model, route) for tenants, `label_folds` per label otherwise), so dashboards and
+alerts can show how much traffic lost a label. Not thread-safe: the recorder's lock covers it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from .. import names
+from ..config.settings import LabelConfig
+
+#: What a label value becomes when its `str()` raises.
+INVALID = "invalid"
+#: Labels whose distinct values are capped globally (tenants are capped per (model, route)).
+CAPPED = (names.MODEL, names.ROUTE, names.PROVIDER, names.TASK)
+
+
+class LabelGuard:
+    def __init__(self, config: LabelConfig):
+        self.config = config
+        self._allow = frozenset(config.tenant_allowlist)
+        self._caps = {names.MODEL: config.max_models, names.ROUTE: config.max_routes,
+                      names.PROVIDER: config.max_providers, names.TASK: config.max_tasks}
+        self._seen: dict[str, set[str]] = {label: set() for label in CAPPED}
+        self._tenants: dict[tuple[str, str], set[str]] = {}
+        self._upstreams: dict[str, set[tuple[str, str, str]]] = {}
+        self._tenant_values = 0  # in all of _tenants' sets
+        self._hashed: dict[str, str] = {}
+        #: Values already found clean (a set lookup instead of the checks, every call).
+        self._clean: set[str] = set()
+        #: Both caches hold at most as many values as the guard can ever keep (past it a value
+        #: is checked or hashed again: slower, never more memory).
+        self._cache_max = (config.max_series + config.max_models + config.max_routes
+                           + config.max_providers + config.max_tasks)
+        #: (model, route) -> number of calls whose tenant folded into __other__.
+        self.folds: dict[tuple[str, str], int] = {}
+        #: label -> calls (or tasks) whose model, route, provider or task folded into __other__.
+        self.label_folds: dict[str, int] = {}
+        #: Label values that had to be replaced or truncated.
+        self.bad_labels = 0
+
+    def clean(self, value: object, count: bool = True) -> str:
+        """A label value that is safe to expose: a non-empty, bounded, printable string (a
+        replaced value is counted in `bad_labels` unless `count` is false)."""
+        if value.__class__ is str and value in self._clean:
+            return value  # type: ignore[return-value]
+        if isinstance(value, str) and 0 < len(value) <= self.config.max_label_length \
+                and value.isprintable():
+            if len(self._clean) < self._cache_max:
+                self._clean.add(value)
+            return value
+        self.bad_labels += count
+        if value is None or value == "":
+            return names.UNKNOWN
+        try:
+            text = value if isinstance(value, str) else str(value)
+            text = "".join(ch if ch.isprintable() else "_" for ch in text)
+        except Exception:  # a value whose str() raises: the call is still counted
+            return INVALID
+        return text[: self.config.max_label_length] or names.UNKNOWN
+
+    def value(self, label: str, raw: object, count: int = 1) -> str:
+        """The clean value of a capped label (model, route, provider, task), `__other__` past its
+        cap; a fold adds `count` calls to `label_folds` (and a replaced value is counted once
+        when `count` is not 0)."""
+        value = self.clean(raw, count > 0)
+        seen = self._seen[label]
+        if value in seen or value == names.OTHER_TENANT:
+            return value
+        if len(seen) < self._caps[label]:
+            seen.add(value)
+            return value
+        if count:
+            self.label_folds[label] = self.label_folds.get(label, 0) + count
+        return names.OTHER_TENANT
+
+    def known(self, label: str, raw: object) -> str:
+        """`value()` without counting a fold (a second look at the same call's label)."""
+        return self.value(label, raw, count=0)
+
+    def tenant(self, model: str, route: str, raw: object, policy: bool = True,
+               count: int = 1) -> str:
+        """The tenant label value to record under (model, route), after policy and caps.
+
+        `policy=False` for values a worker's guard already made (the aggregator): they are not
+        hashed or allow-listed again, only capped over the union of the workers.
+        """
+        if raw is None or raw == "":
+            return names.UNKNOWN
+        value = self.clean(raw)
+        if value == names.OTHER_TENANT:
+            return value
+        if policy:
+            mode = self.config.tenant_policy
+            if mode == "hash":
+                value = self._hash(value)
+            elif mode == "allowlist" and value not in self._allow:
+                return self._fold(model, route, count)
+        seen = self._tenants.get((model, route))
+        if seen is None:
+            seen = self._tenants[(model, route)] = set()
+        if value in seen:
+            return value
+        if len(seen) >= self.config.max_tenants or \
+                self._tenant_values >= self.config.max_series:
+            return self._fold(model, route, count)
+        seen.add(value)
+        self._tenant_values += 1
+        return value
+
+    def upstream(self, model: str, address: object, region: object, fingerprint: object,
+                 count: int = 1) -> tuple[str, str, str]:
+        """The clean (address, region, fingerprint) of an upstream `model` reached, or all three
+        `__other__` past `max_upstreams` identities of that model (a fold adds `count` calls to
+        `label_folds["upstream"]`)."""
+        identity = (self.clean(address, count > 0), self.clean(region, count > 0),
+                    self.clean(fingerprint, count > 0))
+        if identity == (names.OTHER_TENANT,) * 3:  # folded already (by a worker's guard)
+            return identity
+        seen = self._upstreams.get(model)
+        if seen is None:
+            seen = self._upstreams[model] = set()
+        if identity in seen:
+            return identity
+        if len(seen) < self.config.max_upstreams:
+            seen.add(identity)
+            return identity
+        if count:
+            folds = self.label_folds
+            folds[names.FOLD_UPSTREAM] = folds.get(names.FOLD_UPSTREAM, 0) + count
+        return (names.OTHER_TENANT,) * 3  # type: ignore[return-value]
+
+    def _fold(self, model: str, route: str, count: int) -> str:
+        if count:
+            key = (model, route)
+            self.folds[key] = self.folds.get(key, 0) + count
+        return names.OTHER_TENANT
+
+    def _hash(self, value: str) -> str:
+        hashed = self._hashed.get(value)
+        if hashed is None:
+            digest = hashlib.sha256((self.config.hash_salt + value).encode()).hexdigest()
+            hashed = "t-" + digest[:12]
+            if len(self._hashed) < self._cache_max:
+                self._hashed[value] = hashed
+        return hashed

@@ -1,0 +1,182 @@
+"""The call timeline: monotonic stamps of one LLM call, and the metrics derived from it.
+
+The shim and the manual API only stamp (`time.perf_counter_ns()`) and count; every metric of
+docs/metrics.md is derived here by pure functions, once per call, so the per-chunk path stays a stamp
+and an append and the definitions live in one place. A stamp the client could not see stays
+None, and every quantity that needs it is then *not* derived (never a made-up zero).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .. import names
+
+NS_PER_US = 1000
+
+
+@dataclass(slots=True)
+class CallTimeline:
+    """Everything observed about one call. Stamps are `perf_counter_ns()` values."""
+
+    start: int
+    model: str = ""
+    provider: str = ""
+    route: str = ""
+    tenant: str = ""
+    dispatched: int | None = None
+    connected: int | None = None
+    sent: int | None = None
+    headers: int | None = None
+    first_byte: int | None = None
+    first_token: int | None = None
+    first_answer_token: int | None = None
+    end: int | None = None
+    #: Stamp of every token event (content, reasoning and tool-call deltas), in order.
+    token_times: list[int] = field(default_factory=list)
+    reasoning_events: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    outcome: str | None = None
+    trace_id: str | None = None
+    #: The upstream the call reached: resolved "address:port", region header, the response's
+    #: system fingerprint (None where the client could not see it).
+    upstream_address: str | None = None
+    upstream_region: str | None = None
+    fingerprint: str | None = None
+    #: The request's max_tokens (max_completion_tokens, max_output_tokens), when it set one.
+    max_tokens: int | None = None
+    #: The provider's own stop reason as it reported it (`length`, `end_turn`, ...).
+    finish_reason: str | None = None
+    #: ns of the server phase (sent -> headers) the provider did not spend itself by its own
+    #: account (`openai-processing-ms`): the network round trip. None when it does not say.
+    round_trip: int | None = None
+
+    def token(self, now: int, kind: str = names.CONTENT) -> None:
+        """Note one token event at `now`: a stamp and a counter, nothing more."""
+        self.token_times.append(now)
+        if self.first_token is None:
+            self.first_token = now
+        if kind == names.REASONING:
+            self.reasoning_events += 1
+        elif self.first_answer_token is None:
+            self.first_answer_token = now
+
+    @property
+    def last_token(self) -> int | None:
+        return self.token_times[-1] if self.token_times else None
+
+
+class Derived(NamedTuple):
+    """Per-call values in microseconds (times) or tokens; None where not derivable."""
+
+    ttft: int | None
+    first_answer: int | None
+    tpot: int | None
+    stall: int | None
+    duration: int | None
+    phases: dict[str, int]
+    gaps: list[int]
+
+
+def _span(a: int | None, b: int | None) -> int | None:
+    """b - a in microseconds, or None when a stamp is missing or out of order."""
+    if a is None or b is None or b < a:
+        return None
+    return (b - a) // NS_PER_US
+
+
+def gaps_us(token_times: list[int]) -> list[int]:
+    """Inter-token gaps in microseconds: each gap between consecutive token events."""
+    return [(b - a) // NS_PER_US for a, b in zip(token_times, token_times[1:])]
+
+
+def phases(t: CallTimeline) -> dict[str, int]:
+    """The phases (docs/metrics.md) that both stamps of the call make known.
+
+    `reasoning` is recorded only for calls that emitted reasoning tokens, and `decode` only once
+    an answer token arrived: a call without reasoning has no reasoning phase, not a zero one.
+    """
+    # Each phase is `_span(a, b)`, written out: this runs once per call on the caller's thread.
+    out: dict[str, int] = {}
+    a = t.start
+    b = t.dispatched
+    if a is not None and b is not None and b >= a:
+        out["queue"] = (b - a) // NS_PER_US
+    a, b = b, t.connected
+    if a is not None and b is not None and b >= a:
+        out["connect"] = (b - a) // NS_PER_US
+    a, b = b, t.sent
+    if a is not None and b is not None and b >= a:
+        out["send"] = (b - a) // NS_PER_US
+    a, b = b, t.headers
+    if a is not None and b is not None and b >= a:
+        out["server"] = (b - a) // NS_PER_US
+    a, b = b, t.first_token
+    if a is not None and b is not None and b >= a:
+        out["prefill"] = (b - a) // NS_PER_US
+    answer = t.first_answer_token
+    if answer is not None:
+        if t.reasoning_events:
+            value = _span(t.first_token, answer)
+            if value is not None:
+                out["reasoning"] = value
+        times = t.token_times
+        if times and times[-1] >= answer:
+            out["decode"] = (times[-1] - answer) // NS_PER_US
+    return out
+
+
+def derive(t: CallTimeline) -> Derived:
+    """Every histogram value of one finished call."""
+    times = t.token_times
+    events = len(times)
+    gaps = gaps_us(times) if events > 1 else []
+    first = t.first_token
+    last = times[-1] if times else None
+    output = t.output_tokens if t.output_tokens else events
+    tpot = None
+    if first is not None and last is not None and output >= 2 and last > first:
+        tpot = (last - first) // NS_PER_US // (output - 1)
+    start = t.start
+    end = t.end
+    answer = t.first_answer_token
+    # Derived(ttft, first_answer, tpot, stall, duration, phases, gaps), built without the
+    # namedtuple's Python-level __new__
+    return _new_tuple(Derived, (
+        (first - start) // NS_PER_US if first is not None and start is not None
+        and first >= start else None,
+        (answer - start) // NS_PER_US if answer is not None
+        and start is not None and answer >= start else None,
+        tpot,
+        max(gaps) if gaps else None,
+        (end - start) // NS_PER_US if end is not None and start is not None
+        and end >= start else None,
+        phases(t),
+        gaps,
+    ))
+
+
+_new_tuple = tuple.__new__
+
+
+def outcome_of(exc: BaseException | None) -> str:
+    """Classify how a call ended from the exception that ended it (None: it completed)."""
+    if exc is None:
+        return names.OK
+    if isinstance(exc, GeneratorExit):
+        return names.ABANDONED
+    if isinstance(exc, asyncio.CancelledError):
+        return names.CANCELLED
+    if isinstance(exc, TimeoutError):
+        return names.TIMEOUT
+    # SDK and HTTP-client timeouts do not all derive from TimeoutError (openai.APITimeoutError,
+    # httpx/httpx2.TimeoutException): recognise them by name, without importing the SDKs.
+    for cls in type(exc).__mro__:
+        if "Timeout" in cls.__name__:
+            return names.TIMEOUT
+    return names.ERROR
