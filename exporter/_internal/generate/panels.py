@@ -17,7 +17,7 @@ from grafanalib import core
 
 from .. import names, promql
 from ..config.settings import Config
-from ..promql import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
+from ..promql import MODEL_ROUTE, HistogramMode, block, by, eq, indent, num, regex, selector
 from .grafana import BASE, BarGauge, BucketHeatmap, PromTarget, Row, Stat, TimeSeries
 
 RATE = "$__rate_interval"
@@ -71,15 +71,11 @@ def stat(title: str, description: str, expr: str, legend: str, unit: str, runboo
 
 
 def heatmap(title: str, description: str, family: names.Family, matchers: Sequence[str],
-            runbook: str, native: bool = False) -> BucketHeatmap:
-    if native:  # Grafana draws the buckets of native histograms itself
-        expr, legend = f"sum(increase({selector(family.name, matchers)}[{RATE}]))", ""
-    else:
-        expr = f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{RATE}]))"
-        legend = "{{le}}"
+            runbook: str, mode: HistogramMode) -> BucketHeatmap:
+    bucketed = target(mode.bucket_increase(family, matchers, RATE), mode.bucket_legend,
+                      fmt="heatmap")
     return BucketHeatmap(title=title, description=description, thresholds=BASE,
-                         links=runbook_link(runbook),
-                         targets=_with_ref_ids([target(expr, legend, fmt="heatmap")]))
+                         links=runbook_link(runbook), targets=_with_ref_ids([bucketed]))
 
 
 def bargauge(title: str, description: str, expr: str, legend: str, runbook: str,
@@ -130,7 +126,7 @@ class Queries:
         self.config = config
         self.al = config.alerting
         self.scopes = promql.scopes(config)
-        self.native = promql.is_native(config)
+        self.mode = promql.histogram_mode(config)
         self.uses_tenant = False
 
     def mr(self) -> list[str]:
@@ -156,7 +152,7 @@ class Queries:
 
     def hrate(self, family: names.Family, part: str, matchers: Sequence[str]) -> str:
         """Per-second rate of a histogram's `count` or `sum` (classic or native)."""
-        return promql.histogram_rate(family, part, matchers, RATE, native=self.native)
+        return self.mode.rate(family, part, matchers, RATE)
 
     def calls(self, labels: Sequence[str], family: names.Family | None = None) -> str:
         """Calls per second by `labels` (a family's count, or the requests counter)."""
@@ -175,8 +171,8 @@ class Queries:
     def quantile(self, q: float, family: names.Family, labels: Sequence[str],
                  matchers: Sequence[str] | None = None) -> str:
         m = self.vars(family) if matchers is None else matchers
-        return self.where_calls(quantile(q, family, labels, RATE, m, native=self.native),
-                                labels, family, m)
+        return self.where_calls(self.mode.quantile(q, family, labels, RATE, m), labels, family,
+                                m)
 
     def quantiles(self, family: names.Family, qs: Sequence[float], legend: str = "",
                   matchers: Sequence[str] | None = None) -> list:
