@@ -34,6 +34,11 @@ def step(color: str, value: float | None = None) -> dict[str, Any]:
 BASE = [step("green")]
 
 
+def red_from(value: float) -> list[dict[str, Any]]:
+    """Green below `value`, red from it on (an objective's threshold, an alert's limit)."""
+    return [step("green"), step("red", value)]
+
+
 @attr.s
 class PromTarget(core.Target):
     """A Prometheus query bound to the datasource variable, without grafanalib's legacy keys."""
