@@ -75,7 +75,7 @@ def record_cost(runs: int, ops: int) -> list[str]:
 
     def recorder_path(family: names.Family, fold_at_scrape: bool) -> Callable[[int], None]:
         """Values recorded as calls do: one lock per call, ~10 values per call."""
-        lock, observe = rec._lock, rec._observe
+        lock, observe = rec._lock, rec.observe
         state = rec.families[family.name]
         key = ("m", "p", "r", "t") if state.has_tenant else ("m", "p", "r")
 
@@ -193,9 +193,8 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
         renderer = Renderer(rec)
         renderer.render(scraper=True)  # every series' debut: the runs below measure after it
         registry = CollectorRegistry()
-        from exporter._internal.expose.collector import ExporterCollector
 
-        registry.register(ExporterCollector())
+        registry.register(runtime.collector())
         full, partial, scraped, reference = [], [], [], []
         size = 0
 
@@ -203,7 +202,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
             """(ms, bytes) of a render after every `every`-th series changed since the last."""
             for k, s in enumerate(rec.families[names.TTFT.name].series.values()):
                 if k % every == 0:
-                    rec._dirty.add(s)
+                    rec.dirty.add(s)
             start = time.perf_counter()
             body = renderer.render(scraper=scraper)
             return (time.perf_counter() - start) * 1000, len(body)
@@ -237,8 +236,9 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
 def _ttft_only(t: CallTimeline):
     from exporter._internal.record.timeline import Derived
 
-    return Derived(ttft=(t.first_token - t.start) // 1000, first_answer=None, tpot=None,
-                   stall=None, duration=None, phases={}, gaps=[])
+    none = dict.fromkeys(Derived._fields)
+    return Derived(**{**none, "ttft": (t.first_token - t.start) // 1000, "phases": {},
+                      "gaps": []})
 
 
 def run(quick: bool) -> list[str]:

@@ -62,7 +62,7 @@ def render_side_by_side(n: int, runs: int) -> list[str]:
     bodies = {name: render() for name, render in contenders.items()}  # warm-up: caches
     for _ in range(runs):  # every series changed before each render, contenders interleaved
         for name, render in contenders.items():
-            rec._dirty.update(ttft)
+            rec.dirty.update(ttft)
             started = time.perf_counter()
             bodies[name] = render()
             times[name].append((time.perf_counter() - started) * 1000)
@@ -109,7 +109,7 @@ def prometheus_side_by_side(n: int) -> list[str]:
     from tests.support.prometheus import PrometheusServer
 
     populate(n)
-    server = ExporterServer(create_app(), "127.0.0.1", 0).start()
+    server = ExporterServer(create_app(lambda: runtime.state().renderer), "127.0.0.1", 0).start()
     target = server.url.split("//", 1)[1].split("/", 1)[0]
     interval = "1s" if n <= 1000 else "5s"
     scrape = (f"global:\n  scrape_interval: {interval}\nscrape_configs:\n  - job_name: x\n"

@@ -22,8 +22,9 @@ from exporter._internal.config.settings import Config
 from exporter._internal.demo.loadgen import ANTHROPIC_SHARE, MODELS, ROUTES, TENANTS
 from exporter._internal.expose.server import ExporterServer, create_app
 from exporter._internal.expose.text import Renderer
-from exporter._internal.fleet import push, wire
+from exporter._internal.fleet import wire
 from exporter._internal.fleet.aggregator import Aggregator, tune_gc
+from exporter._internal.fleet.take import take
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
 
@@ -70,7 +71,7 @@ def worker_deltas(workers: int, calls_per_push: int, seed: int) -> list[wire.Del
             rec.record_call(demo_call(rng, weights))
         for _ in range(rng.randint(0, 3)):
             rec.started(rng.choice(tuple(MODELS)), "openai", rng.choice(tuple(ROUTES)))
-        delta = push.drain(rec)
+        delta = take(rec)
         delta.worker, delta.interval = f"bench-{seed}-{w}", PUSH_INTERVAL
         out.append(delta)
     return out
@@ -144,7 +145,7 @@ def worker_cost(calls_per_push: int, runs: int) -> Stat:
         for _ in range(calls_per_push):
             rec.record_call(demo_call(rng, weights))
         started = time.perf_counter()
-        delta = push.drain(rec)
+        delta = take(rec)
         delta.worker, delta.seq = "w", 1
         wire.encode(delta, layouts)
         out.append((time.perf_counter() - started) * 1000)

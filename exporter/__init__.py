@@ -6,9 +6,8 @@ The public surface is exactly what is imported here (pinned by tests/test_public
 
 from prometheus_client.registry import Collector as _Collector
 
-from ._internal.expose import collector as _collector_module
-from ._internal.expose.server import start_http_server
-from ._internal.runtime import configure
+from ._internal import runtime as _runtime
+from ._internal.runtime import configure, start_http_server
 from ._internal.shim.context import labels
 from ._internal.shim.instrument import instrument, uninstrument
 from ._internal.shim.manual import track
@@ -20,4 +19,4 @@ __all__ = ["collector", "configure", "guardrail", "instrument", "labels", "remai
 
 def collector() -> _Collector:
     """A prometheus_client collector of this process's metrics, for apps that serve /metrics."""
-    return _collector_module.ExporterCollector()
+    return _runtime.collector()

@@ -36,8 +36,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not aggregator.access.push_token and addr not in ("127.0.0.1", "::1", "localhost"):
         print(f"ttft-exporter serve: /push accepts unauthenticated pushes on {addr}; set "
               f"aggregator.push_token_file", file=sys.stderr)
-    serve_until_signalled(addr, port, create_app(aggregator=aggregator),
-                          aggregator.access.ssl_context())
+    serve_until_signalled(addr, port, create_app(lambda: runtime.state().renderer, aggregator),
+                          aggregator.access.ssl_context(), config.server)
     return 0
 
 

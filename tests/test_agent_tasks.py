@@ -80,7 +80,7 @@ def test_max_tokens_headroom_and_truncation_in_every_api(server, recorded) -> No
     got = [(t.max_tokens, t.output_tokens, t.finish_reason) for t in recorded.all()]
     assert got == [(5, 5, "length"), (20, 8, "stop"), (4, 4, "max_output_tokens"),
                    (3, 3, "max_tokens"), (100, 8, "end_turn")]
-    counts = runtime.state().recorder.counts[names.FINISH_REASONS_TOTAL.name]
+    counts = runtime.state().recorder.rows[names.FINISH_REASONS_TOTAL.name]
     assert sum(n for key, n in counts.items() if key[0] == names.FINISH_LENGTH) == 3
     text = runtime.state().renderer.render().decode()
     # headroom: 0 + 12 + 0 + 0 + 92

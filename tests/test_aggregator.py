@@ -26,6 +26,7 @@ from exporter._internal.expose.server import ExporterServer, create_app
 from exporter._internal.expose.text import Renderer
 from exporter._internal.fleet import push, wire
 from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.fleet.take import take
 from exporter._internal.record.histogram import quantiles_of
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
@@ -49,7 +50,7 @@ def call(rec: Recorder, ttft_us: int, tenant: str = "t", model: str = "m",
 
 def body_of(rec: Recorder, worker: str = "w1", seq: int = 1, final: bool = False,
             interval: float = 5.0) -> bytes:
-    delta = push.drain(rec)
+    delta = take(rec)
     delta.worker, delta.seq, delta.final, delta.interval = worker, seq, final, interval
     return wire.encode(delta, rec.schema.layouts())
 
@@ -128,12 +129,12 @@ def test_gauges_are_the_sum_of_live_workers_and_expire():
     b.started("m", "p", "r")
     agg.accept(body_of(a, "a", interval=5.0))
     agg.accept(body_of(b, "b", interval=1.0))
-    assert target.counters().in_flight == {("m", "p", "r"): 3}
+    assert target.counts().rows[names.REQUESTS_IN_FLIGHT] == {("m", "p", "r"): 3}
     now[0] += 12  # b (interval 1 s: ttl 10 s) stopped pushing; a (ttl 15 s) is still live
     agg.expire()
-    assert target.counters().in_flight == {("m", "p", "r"): 2}
+    assert target.counts().rows[names.REQUESTS_IN_FLIGHT] == {("m", "p", "r"): 2}
     agg.accept(body_of(a, "a", seq=2, final=True))  # a's last push: its gauges go at once
-    assert target.counters().in_flight == {}
+    assert target.counts().rows[names.REQUESTS_IN_FLIGHT] == {}
     assert "ttft_exporter_push_workers 0.0" in Renderer(target, agg.families).render().decode()
 
 
@@ -146,11 +147,11 @@ def test_tenants_are_capped_again_over_the_union_of_workers():
         for t in range(2):
             call(rec, 1000, tenant=f"w{w}t{t}")
         agg.accept(body_of(rec, f"w{w}"))
-    counters = target.counters()
-    tenants = {key[4] for key in counters.requests}
+    counters = target.counts()
+    tenants = {key[4] for key in counters.rows[names.REQUESTS_TOTAL]}
     assert len(tenants - {names.OTHER_TENANT}) == 3 and names.OTHER_TENANT in tenants
-    assert sum(counters.requests.values()) == 6
-    assert counters.folds == {("m", "r"): 3}
+    assert sum(counters.rows[names.REQUESTS_TOTAL].values()) == 6
+    assert counters.rows[names.SELF_TENANT_FOLDS] == {("m", "r"): 3}
     ttft = target.families[names.TTFT.name]
     assert {s.values[3] for s in ttft.series.values()} == tenants
 
@@ -169,14 +170,14 @@ def test_upstreams_are_capped_again_over_the_union_of_workers():
                                          tenant="t", upstream_address=f"10.1.{w}.{i}:443",
                                          outcome="ok", end=1))
         agg.accept(body_of(rec, f"w{w}"))
-    counters = target.counters()
-    addresses = {key[0] for key in counters.upstreams}
+    counters = target.counts()
+    addresses = {key[0] for key in counters.rows[names.UPSTREAM_REQUESTS]}
     assert addresses == {"10.0.0.0:443", "10.1.0.0:443", names.OTHER_TENANT}, addresses
-    assert sum(counters.upstreams.values()) == 12
+    assert sum(counters.rows[names.UPSTREAM_REQUESTS].values()) == 12
     # 3 folded by the workers, then 10.1.1.0 and 10.1.2.0 by the aggregator
-    assert counters.label_folds[names.FOLD_UPSTREAM] == 5
-    assert sum(counters.input_tokens.values()) == sum(1000 + v % 7 for v in ttfts)
-    assert sum(counters.cached_tokens.values()) == 512 * len(ttfts)
+    assert counters.value(names.FOLDS_BY_LABEL, names.FOLD_UPSTREAM) == 5
+    assert sum(counters.rows[names.USAGE_INPUT_TOKENS].values()) == sum(1000 + v % 7 for v in ttfts)
+    assert sum(counters.rows[names.USAGE_CACHED_INPUT_TOKENS].values()) == 512 * len(ttfts)
 
 
 # --- rejects --------------------------------------------------------------------------------
@@ -236,13 +237,13 @@ async def test_bad_pushes_are_rejected_counted_and_change_nothing(token_file):
         response = await client.post("/push", data=good, headers={
             **auth, "Content-Encoding": "deflate"})
         assert response.status == 400
-        assert target.series_count == 0 and not target.counters().requests
+        assert target.series_count == 0 and not target.counts().rows[names.REQUESTS_TOTAL]
         metrics = await (await client.get("/metrics")).text()
         assert f'{names.SELF_PUSH_REJECTED}{{reason="unauthorized"}} 3.0' in metrics
         assert f'{names.SELF_PUSH_REJECTED}{{reason="too_large"}} 3.0' in metrics
         response = await client.post("/push", data=good, headers=auth)
         assert response.status == 200 and (await response.json())["applied"] is True
-        assert sum(target.counters().requests.values()) == 1
+        assert sum(target.counts().rows[names.REQUESTS_TOTAL].values()) == 1
     finally:
         await client.close()
 
@@ -303,11 +304,11 @@ def test_fuzzed_payloads_never_crash_and_a_reject_changes_nothing():
     agg = Aggregator(Config(), target)
 
     def check(body: bytes) -> None:
-        before = (target.series_count, dict(target.counters().requests))
+        before = (target.series_count, dict(target.counts().rows[names.REQUESTS_TOTAL]))
         status, answer = agg.accept(body)
         assert status == 200 or 400 <= status < 500, answer
         if status != 200:
-            assert (target.series_count, dict(target.counters().requests)) == before
+            assert (target.series_count, dict(target.counts().rows[names.REQUESTS_TOTAL])) == before
 
     @settings(max_examples=400, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
@@ -379,7 +380,7 @@ def test_journal_replays_what_was_acknowledged_after_the_last_snapshot(tmp_path)
     target2 = Recorder(config)
     agg2 = Aggregator(config, target2)
     assert histogram_lines(Renderer(target2).render().decode()) == served
-    assert sum(target2.counters().requests.values()) == 50
+    assert sum(target2.counts().rows[names.REQUESTS_TOTAL].values()) == 50
     assert [agg2.accept(b)[1]["applied"] for b in bodies] == [False] * 5
 
 
@@ -443,7 +444,7 @@ def test_tls_serves_metrics_and_takes_pushes(tmp_path):
         call(rec, 4242)
         assert flusher.flush()
         flusher.close(timeout=1)
-        assert sum(target.counters().requests.values()) == 1
+        assert sum(target.counts().rows[names.REQUESTS_TOTAL].values()) == 1
     finally:
         server.stop()
 

@@ -29,7 +29,6 @@ from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
 from exporter._internal.diagnose.causes import standard_error
 from exporter._internal.diagnose.run import Prometheus, _windows
-from exporter._internal.expose.server import start_http_server
 from exporter._internal.generate.cause_rules import LIKELY_CAUSE
 from exporter._internal.generate.files import RULE_FILES, generate
 from exporter._internal.promql import CLASSIC
@@ -89,7 +88,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     proms: dict[str, PrometheusServer] = {}
     cfg = config_loader.load(CONFIG)
     runtime.configure(cfg)
-    server = start_http_server(port=0)
+    server = runtime.start_http_server(port=0)
     target = server.url.split("//", 1)[1].split("/", 1)[0]
     stop, degraded = threading.Event(), threading.Event()
 

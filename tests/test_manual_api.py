@@ -47,8 +47,8 @@ def test_track_records_every_family():
         assert series(names.PHASE_FAMILY, model="llama", provider="vllm", route="search",
                       phase=phase) is None, phase
     rec = runtime.state().recorder
-    assert rec.requests[("llama", "ok", "vllm", "search", "acme")] == 1
-    assert rec.in_flight[("llama", "vllm", "search")] == 0
+    assert rec.rows[names.REQUESTS_TOTAL][("llama", "ok", "vllm", "search", "acme")] == 1
+    assert rec.rows[names.REQUESTS_IN_FLIGHT][("llama", "vllm", "search")] == 0
 
 
 def test_labels_nest_and_restore():
@@ -129,8 +129,9 @@ def test_bad_input_is_counted_not_raised():
         call.token(kind="weird")  # unknown kinds count as answer tokens
         call.usage(input=-5, output="x", cached=None)  # type: ignore[arg-type]
     rec = runtime.state().recorder
-    assert rec.requests[(names.UNKNOWN, "ok", "12345", names.UNKNOWN, names.UNKNOWN)] == 1
-    assert rec.guard.bad_labels >= 2
+    row = (names.UNKNOWN, "ok", "12345", names.UNKNOWN, names.UNKNOWN)
+    assert rec.rows[names.REQUESTS_TOTAL][row] == 1
+    assert rec.counts().value(names.DROPPED, names.DROP_BAD_LABEL) >= 2
     assert call.timeline.input_tokens is None
 
 
@@ -139,7 +140,7 @@ def test_internal_failure_is_a_counted_drop(monkeypatch):
     monkeypatch.setattr(rec, "_record_locked", lambda *a: 1 / 0)
     with exporter.track(model="m") as call:
         call.token()
-    assert rec.drops[names.DROP_INTERNAL] == 1
+    assert rec.counts().value(names.DROPPED, names.DROP_INTERNAL) == 1
 
 
 def test_series_ceiling_drops_and_counts():
@@ -149,7 +150,7 @@ def test_series_ceiling_drops_and_counts():
             call.token()
     rec = runtime.state().recorder
     assert rec.series_count == 3
-    assert rec.drops[names.DROP_SERIES_LIMIT] > 0
+    assert rec.counts().value(names.DROPPED, names.DROP_SERIES_LIMIT) > 0
 
 
 def test_no_count_lost_under_threads_and_tasks():
@@ -180,8 +181,8 @@ def test_no_count_lost_under_threads_and_tasks():
     rec = runtime.state().recorder
     assert total_count(names.TTFT) == threads * per_thread + tasks
     assert total_count(names.ITL) == threads * per_thread + tasks
-    assert sum(rec.requests.values()) == threads * per_thread + tasks
-    assert all(v == 0 for v in rec.in_flight.values())
+    assert sum(rec.rows[names.REQUESTS_TOTAL].values()) == threads * per_thread + tasks
+    assert all(v == 0 for v in rec.rows[names.REQUESTS_IN_FLIGHT].values())
 
 
 def test_a_forked_child_records_even_if_a_thread_held_the_lock_at_fork():
@@ -206,7 +207,7 @@ def test_a_forked_child_records_even_if_a_thread_held_the_lock_at_fork():
         try:
             with exporter.track(model="m", route="r") as call:
                 call.token()
-            ok = runtime.state().recorder.requests[("m", "ok", names.UNKNOWN, "r",
+            ok = runtime.state().recorder.rows[names.REQUESTS_TOTAL][("m", "ok", names.UNKNOWN, "r",
                                                     names.UNKNOWN)] == 1
         finally:
             os._exit(0 if ok else 1)

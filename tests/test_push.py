@@ -21,8 +21,9 @@ from exporter._internal import names, runtime
 from exporter._internal.config.settings import Config, PushConfig
 from exporter._internal.expose.server import ExporterServer, create_app
 from exporter._internal.expose.text import Renderer
-from exporter._internal.fleet import codec as hdr_codec, push, wire
+from exporter._internal.fleet import codec as hdr_codec, push, validate, wire
 from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.fleet.take import take
 from exporter._internal.record.histogram import Histogram, Layout
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
@@ -100,8 +101,8 @@ def test_truncated_or_corrupt_hdr_is_a_push_error(cut):
 def test_counts_carry_count_exact_sum_and_straddle_counts():
     h = sample_hist(4)
     counts = base64.b64encode(hdr_codec.encode_counts(h)).decode()
-    back = wire._read_hist(h.layout, counts, h.count, h.total)
-    wire._read_straddles(h.layout, [[0, p, n] for p, n in h.at_or_below.items()], [back])
+    back = validate._read_hist(h.layout, counts, h.count, h.total)
+    validate._read_straddles(h.layout, [[0, p, n] for p, n in h.at_or_below.items()], [back])
     full = back.to_histogram()
     assert full.total == h.total and full.cumulative_at() == h.cumulative_at()
     assert list(full.nonzero()) == list(h.nonzero())
@@ -109,14 +110,14 @@ def test_counts_carry_count_exact_sum_and_straddle_counts():
     raw = base64.b64decode(counts)
     assert hdr_codec.v2_header(h.layout, len(raw)) + raw == hdr_codec.encode_hist(h)
     with pytest.raises(wire.PushError):  # a sum its buckets cannot produce
-        wire._read_hist(h.layout, counts, h.count, 0)
+        validate._read_hist(h.layout, counts, h.count, 0)
     (pos, n), = list(h.at_or_below.items())[:1]
     with pytest.raises(wire.PushError):  # a straddle count above its bucket
-        wire._read_straddles(h.layout, [[0, pos, h.count + 1]],
-                             [wire._read_hist(h.layout, counts, h.count, h.total)])
+        validate._read_straddles(h.layout, [[0, pos, h.count + 1]],
+                             [validate._read_hist(h.layout, counts, h.count, h.total)])
     truncated = base64.b64encode(raw[:-2]).decode()
     with pytest.raises(wire.PushError):  # the counts no longer add up to the count
-        wire._read_hist(h.layout, truncated, h.count, h.total)
+        validate._read_hist(h.layout, truncated, h.count, h.total)
 
 
 # --- drain --------------------------------------------------------------------------------------
@@ -126,16 +127,17 @@ def test_drain_takes_everything_once_and_leaves_zeros():
     for i in range(300):
         call(rec, 1000 + 37 * i, tenant=f"t{i % 3}", trace_id=f"trace{i}")
     started = rec.started("m", "p", "r")
-    delta = push.drain(rec)
-    assert sum(delta.requests.values()) == 300
+    delta = take(rec)
+    assert sum(delta.rows[names.REQUESTS_TOTAL].values()) == 300
     ttft = {k: h for k, h in delta.histograms.items() if k[0] == names.TTFT.name}
     assert sum(h.count for h in ttft.values()) == 300
-    assert delta.in_flight == {started: 1}
+    assert delta.rows[names.REQUESTS_IN_FLIGHT] == {started: 1}
     assert any(delta.exemplars.values())
-    again = push.drain(rec)
-    assert not again.histograms and not again.requests and again.in_flight == {started: 1}
+    again = take(rec)
+    assert not again.histograms and not again.rows[names.REQUESTS_TOTAL]
+    assert again.rows[names.REQUESTS_IN_FLIGHT] == {started: 1}
     call(rec, 5000)
-    third = push.drain(rec)
+    third = take(rec)
     assert sum(h.count for k, h in third.histograms.items() if k[0] == names.TTFT.name) == 1
 
 
@@ -157,7 +159,7 @@ def test_drain_is_one_short_lock_hold(monkeypatch):
 
     monkeypatch.setattr(rec, "_acquire", acquire)
     monkeypatch.setattr(Layout, "bucketize", bucketize)
-    delta = push.drain(rec)
+    delta = take(rec)
     assert len(acquisitions) == 1  # one lock hold
     assert folded_under_lock and not any(folded_under_lock)  # every fold after it
     assert sum(h.count for k, h in delta.histograms.items() if k[0] == names.TTFT.name) == 20_000
@@ -178,7 +180,7 @@ class Aggregated:
         self.url = f"http://127.0.0.1:{self.server.port}"
 
     def calls(self) -> int:
-        return sum(self.recorder.counters().requests.values())
+        return sum(self.recorder.counts().rows[names.REQUESTS_TOTAL].values())
 
     def stop(self) -> None:
         self.server.stop()
@@ -322,7 +324,8 @@ def test_a_hanging_aggregator_never_slows_the_app_nor_configure():
         assert done.wait(20), "configure() waited for the hanging aggregator"
         assert flusher._lock.locked()  # the POST is still unanswered
         assert runtime.current_flusher() is None
-        assert sum(rec.counters().requests.values()) == 2000  # the first one is being sent
+        # the first one is being sent
+        assert sum(rec.counts().rows[names.REQUESTS_TOTAL].values()) == 2000
     finally:
         runtime.configure(None)
         if conn is not None:
@@ -358,7 +361,7 @@ def test_configure_and_env_var_turn_push_on_and_off(monkeypatch):
 def test_payload_is_compressed_json_with_the_documented_fields():
     rec = Recorder()
     call(rec, 1500, trace_id="abc")
-    delta = push.drain(rec)
+    delta = take(rec)
     delta.worker, delta.seq, delta.interval = "w", 1, 5.0
     doc = json.loads(zlib.decompress(wire.encode(delta, rec.schema.layouts())))
     assert doc["format"] == "ttft-exporter-delta" and doc["version"] == 1

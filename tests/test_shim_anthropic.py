@@ -151,7 +151,7 @@ def test_timeout_and_abandon(server, recorded):
         break
     del s  # anthropic's stream has no reference cycle: dropped means closed
     assert recorded.one().outcome == names.ABANDONED
-    assert all(v == 0 for v in runtime.state().recorder.in_flight.values())
+    assert all(v == 0 for v in runtime.state().recorder.rows[names.REQUESTS_IN_FLIGHT].values())
 
 
 def test_transparency(server):

@@ -158,12 +158,12 @@ def test_abandoned_inside_the_recorders_lock_is_deferred_not_deadlocked(server):
                                       extra_headers=script(tokens=4))
         next(s)
         recorder = runtime.state().recorder
-        with recorder._held:  # as if the collector ran a finaliser while this thread records
+        with recorder.held:  # as if the collector ran a finaliser while this thread records
             del s
             gc.collect()
-            assert len(recorder._deferred) == 1 and not recorder.requests
+            assert len(recorder._deferred) == 1 and not recorder.rows[names.REQUESTS_TOTAL]
         # the lock's release recorded it: no other call was needed (a scrape would do too)
-        assert recorder.counters().requests == {
+        assert recorder.counts().rows[names.REQUESTS_TOTAL] == {
             ("m", names.ABANDONED, "local", names.UNKNOWN, names.UNKNOWN): 1}
         stream_call(c, tokens=1)
         abandoned, ok = rec.all()

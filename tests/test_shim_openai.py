@@ -97,8 +97,8 @@ def test_scripted_stream_every_phase_and_metric(server, recorded):
     assert_near(d.duration, 0.70, "duration")
     assert "reasoning" not in d.phases
     rec = runtime.state().recorder
-    assert rec.requests[("gpt-test", "ok", "local", "support-bot", "acme")] == 1
-    assert rec.in_flight[("gpt-test", "local", "support-bot")] == 0
+    assert rec.rows[names.REQUESTS_TOTAL][("gpt-test", "ok", "local", "support-bot", "acme")] == 1
+    assert rec.rows[names.REQUESTS_IN_FLIGHT][("gpt-test", "local", "support-bot")] == 0
 
 
 @timing
@@ -378,7 +378,7 @@ def test_abandoned_by_close_by_break_and_by_gc(server, recorded):
         next(iter(helper))
     assert recorded.one().outcome == names.ABANDONED
     rec = runtime.state().recorder
-    assert all(v == 0 for v in rec.in_flight.values())
+    assert all(v == 0 for v in rec.rows[names.REQUESTS_IN_FLIGHT].values())
 
 
 def test_exhausted_stream_is_ok_even_when_closed_after(server, recorded):
@@ -460,8 +460,8 @@ async def test_100_concurrent_async_streams(server, recorded):
     assert sorted({t.tenant for t in timelines}) == [f"t{i}" for i in range(10)]
     assert all(derive(t).ttft >= 50_000 for t in timelines)
     rec = runtime.state().recorder
-    assert sum(n for k, n in rec.requests.items() if k[0] == "gpt-test") == 100
-    assert rec.in_flight[("gpt-test", "local", "chat")] == 0
+    assert sum(n for k, n in rec.rows[names.REQUESTS_TOTAL].items() if k[0] == "gpt-test") == 100
+    assert rec.rows[names.REQUESTS_IN_FLIGHT][("gpt-test", "local", "chat")] == 0
     assert drops() == 0
 
 

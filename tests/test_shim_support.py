@@ -89,11 +89,11 @@ def recorded(instrumented) -> Recorded:
 
 
 def requests_total() -> dict:
-    return dict(runtime.state().recorder.requests)
+    return dict(runtime.state().recorder.rows[names.REQUESTS_TOTAL])
 
 
 def drops() -> int:
-    return runtime.state().recorder.drops[names.DROP_INTERNAL]
+    return runtime.state().recorder.counts().value(names.DROPPED, names.DROP_INTERNAL)
 
 
 # --- unit tests -------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from exporter._internal import names, runtime
 from exporter._internal.config.loader import load
 from exporter._internal.config.settings import Config
 from exporter._internal.expose.text import Renderer
-from exporter._internal.fleet import push, wire
+from exporter._internal.fleet import validate, wire
 from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.fleet.take import take
 from exporter._internal.record import tasks
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline, derive
@@ -245,13 +246,13 @@ def test_nothing_raises_into_the_caller(monkeypatch: pytest.MonkeyPatch) -> None
     rec = runtime.state().recorder
     with exporter.task("bad deadline", deadline="soon") as t:  # type: ignore[arg-type]
         pass
-    assert t.deadline is None and rec.drops[names.DROP_BAD_VALUE] == 1
+    assert t.deadline is None and rec.counts().value(names.DROPPED, names.DROP_BAD_VALUE) == 1
     monkeypatch.setattr(tasks, "summarize", lambda *a: 1 / 0)
     with pytest.raises(KeyError):  # the block's own exception passes through, untouched
         with exporter.task(object()):  # type: ignore[arg-type]
             with exporter.tool(None):  # type: ignore[arg-type]
                 raise KeyError("mine")
-    assert rec.drops[names.DROP_INTERNAL] == 1
+    assert rec.counts().value(names.DROPPED, names.DROP_INTERNAL) == 1
     with exporter.tool("outside a task"), exporter.guardrail("too"):
         pass
     assert exporter.remaining() is None
@@ -403,7 +404,7 @@ def test_task_families_reach_the_aggregator_exactly() -> None:
     target = Recorder()
     agg = Aggregator(Config(), target)
     for w, rec in enumerate(workers):
-        delta = push.drain(rec)
+        delta = take(rec)
         delta.worker, delta.seq = f"w{w}", 1
         assert agg.accept(wire.encode(delta, rec.schema.layouts()))[0] == 200
     assert task_lines(target) == task_lines(single)
@@ -411,7 +412,7 @@ def test_task_families_reach_the_aggregator_exactly() -> None:
 
 
 def drained(rec: Recorder) -> dict:
-    delta = push.drain(rec)
+    delta = take(rec)
     delta.worker = "w"
     return wire.payload(delta, rec.schema.layouts())
 
@@ -422,20 +423,21 @@ def test_a_push_with_an_unknown_deadline_or_counter_is_malformed() -> None:
     doc = drained(rec)
     doc["counters"][names.TASKS_TOTAL.name][0][0] = "sometime"  # deadline
     with pytest.raises(wire.PushError, match="unknown label value"):
-        wire.from_payload(doc, rec.schema)
+        validate.from_payload(doc, rec.schema)
     doc["counters"] = {"llm_client_nope_total": []}
     with pytest.raises(wire.PushError, match="unknown counter"):
-        wire.from_payload(doc, rec.schema)
+        validate.from_payload(doc, rec.schema)
     older = drained(Recorder())
     del older["counters"], older["layouts"]["count"]  # a push from before agent tasks
-    assert wire.from_payload(older, rec.schema).counters == {}
+    rows = validate.from_payload(older, rec.schema).rows
+    assert not any(rows.get(c.name) for c in names.COUNTERS if not c.wire)
 
 
 def test_counter_rows_are_bounded_by_max_series() -> None:
     rec = Recorder(load({"labels": {"max_series": 3, "max_tasks": 1000}}))
     for i in range(10):
         rec.record_task(summary(f"t{i}", deadline=names.DEADLINE_NONE))
-    rows = rec.counters().counts[names.TASKS_TOTAL.name]
+    rows = rec.counts().rows[names.TASKS_TOTAL.name]
     assert len(rows) == 4 and rows[("none", "ok", names.OTHER_TENANT)] == 7
 
 
@@ -445,8 +447,8 @@ def test_a_task_ending_under_the_recorders_lock_is_recorded_when_it_is_released(
     assert rec._acquire()
     try:
         rec.record_task(summary("deferred"))  # would deadlock if it waited for the lock
-        assert not rec.counts[names.TASKS_TOTAL.name]
+        assert not rec.rows[names.TASKS_TOTAL.name]
     finally:
         rec._release()
-    assert rec.counts[names.TASKS_TOTAL.name] == {
+    assert rec.rows[names.TASKS_TOTAL.name] == {
         (names.DEADLINE_EXCEEDED, names.OK, "deferred"): 1}

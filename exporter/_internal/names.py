@@ -128,6 +128,8 @@ class Family:
     windowed: bool = False
     #: The labels every series carries (tenant and `extra_label` come on top).
     base: tuple[str, ...] = (MODEL, PROVIDER, ROUTE)
+    #: For a family with one value per call: the field of `timeline.Derived` holding it.
+    per_call: str = ""
 
     @property
     def scale(self) -> int:
@@ -152,41 +154,48 @@ class Family:
 
 TTFT = Family(
     "llm_client_time_to_first_token_seconds", "seconds",
-    "Time from the SDK call to the first output token of any kind.", True, windowed=True)
+    "Time from the SDK call to the first output token of any kind.", True, windowed=True,
+    per_call="ttft")
 FIRST_ANSWER = Family(
     "llm_client_time_to_first_answer_token_seconds", "seconds",
     "Time from the SDK call to the first output token that is not reasoning.", True,
-    windowed=True)
+    windowed=True, per_call="first_answer")
 ITL = Family(
     "llm_client_inter_token_latency_seconds", "seconds",
     "Each gap between consecutive token events after the first.", False)
 TPOT = Family(
     "llm_client_time_per_output_token_seconds", "seconds",
-    "Per call: (last token - first token) / (output tokens - 1).", False)
+    "Per call: (last token - first token) / (output tokens - 1).", False, per_call="tpot")
 STALL = Family(
     "llm_client_stream_stall_seconds", "seconds",
-    "Per call: the largest gap between consecutive token events.", True, windowed=True)
+    "Per call: the largest gap between consecutive token events.", True, windowed=True,
+    per_call="stall")
 DURATION = Family(
     "llm_client_request_duration_seconds", "seconds",
-    "Time from the SDK call to the end of the response.", True, windowed=True)
+    "Time from the SDK call to the end of the response.", True, windowed=True,
+    per_call="duration")
 PHASE_FAMILY = Family(
     "llm_client_phase_seconds", "seconds",
     "Time spent in each phase of the call (queue, connect, send, server, prefill, reasoning, "
     "decode).", False, extra_label=PHASE)
 INPUT_TOKENS = Family(
-    "llm_client_input_tokens", "tokens", "Input tokens per call, from the provider's usage.", False)
+    "llm_client_input_tokens", "tokens", "Input tokens per call, from the provider's usage.", False,
+    per_call="input_tokens")
 OUTPUT_TOKENS = Family(
     "llm_client_output_tokens", "tokens", "Output tokens per call, from the provider's usage.",
-    False)
+    False, per_call="output_tokens")
 CACHED_INPUT_TOKENS = Family(
     "llm_client_cached_input_tokens", "tokens",
-    "Input tokens per call served from the provider's prompt cache.", False)
+    "Input tokens per call served from the provider's prompt cache.", False,
+    per_call="cached_input_tokens")
 REQUESTED_MAX_TOKENS = Family(
     "llm_client_requested_max_tokens", "tokens",
-    "max_tokens (or max_completion_tokens, max_output_tokens) of each call that set it.", False)
+    "max_tokens (or max_completion_tokens, max_output_tokens) of each call that set it.", False,
+    per_call="max_tokens")
 MAX_TOKENS_HEADROOM = Family(
     "llm_client_max_tokens_headroom", "tokens",
-    "Per call that set max_tokens and reported usage: max_tokens - output tokens.", False)
+    "Per call that set max_tokens and reported usage: max_tokens - output tokens.", False,
+    per_call="max_tokens_headroom")
 TASK_DURATION = Family(
     "llm_client_task_duration_seconds", "seconds",
     "Time from the start of an agent task to its end.", False, base=(TASK,))
@@ -225,40 +234,6 @@ UPSTREAM_LABELS: tuple[str, ...] = (ADDRESS, FINGERPRINT, MODEL, PROVIDER, REGIO
 #: Response headers naming the region that answered (the first one present wins).
 REGION_HEADERS: tuple[str, ...] = ("x-ms-region", "x-region")
 
-@dataclass(frozen=True)
-class Counter:
-    """A counter family with its own label set (its rows are bounded by labels.max_series)."""
-
-    name: str  # with the `_total` suffix
-    help: str
-    labels: tuple[str, ...]  # sorted (the order Prometheus text uses)
-
-
-FINISH_REASONS_TOTAL = Counter(
-    "llm_client_finish_reasons_total", "LLM calls by the reason the provider stopped "
-    "generating (stop, length, tool_calls, content_filter, other).",
-    (FINISH_REASON, MODEL, PROVIDER, ROUTE))
-TASKS_TOTAL = Counter(
-    "llm_client_tasks_total", "Agent tasks by outcome and deadline (none, met, exceeded).",
-    (DEADLINE, OUTCOME, TASK))
-TASK_LATE_CALLS = Counter(
-    "llm_client_task_late_calls_total",
-    "LLM calls started after their task's deadline had passed.", (TASK,))
-TASK_ORPHAN_TOKENS = Counter(
-    "llm_client_task_orphan_tokens_total",
-    "Output tokens generated after their task's deadline (work nobody waits for).", (TASK,))
-TASK_WATERFALL_CALLS = Counter(
-    "llm_client_task_waterfall_tool_calls_total",
-    "Tool calls that started after another tool of their task ended, with no LLM call in "
-    "between (waterfall candidates).", (TASK,))
-COUNTERS: tuple[Counter, ...] = (FINISH_REASONS_TOTAL, TASKS_TOTAL, TASK_LATE_CALLS,
-                                 TASK_ORPHAN_TOKENS, TASK_WATERFALL_CALLS)
-COUNTERS_BY_NAME: dict[str, Counter] = {c.name: c for c in COUNTERS}
-#: Labels whose values are a closed set: a push carrying another value is malformed.
-CLOSED_LABELS: dict[str, tuple[str, ...]] = {
-    PHASE: PHASES, KIND: TASK_KINDS, DEADLINE: DEADLINE_OUTCOMES, OUTCOME: OUTCOMES,
-    FINISH_REASON: FINISH_REASONS}
-
 # --- self-metrics --------------------------------------------------------------------------------
 SELF_SERIES = "ttft_exporter_series"
 SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
@@ -273,6 +248,108 @@ DROP_BAD_VALUE = "bad_value"
 DROP_BAD_LABEL = "bad_label"
 DROP_INTERNAL = "internal_error"
 DROP_REASONS: tuple[str, ...] = (DROP_SERIES_LIMIT, DROP_BAD_VALUE, DROP_BAD_LABEL, DROP_INTERNAL)
+
+#: Labels whose values are a closed set: a push carrying another value is malformed.
+CLOSED_LABELS: dict[str, tuple[str, ...]] = {
+    PHASE: PHASES, KIND: TASK_KINDS, DEADLINE: DEADLINE_OUTCOMES, OUTCOME: OUTCOMES,
+    FINISH_REASON: FINISH_REASONS}
+
+
+# --- the counter families: one table ------------------------------------------------------------
+@dataclass(frozen=True)
+class Counter:
+    """A counter (or gauge) family recorded as rows: label values -> count.
+
+    This table is the only place a counter is declared: the recorder keeps a dict of rows per
+    entry, a push worker takes them, the wire format carries them, the aggregator merges and
+    snapshots them and every exposition serves them, all by iterating `COUNTERS`. Adding a
+    counter is one entry here (its rows then travel in the push payload's `counters` object)
+    and its docs. Rows are bounded by labels.max_series: past it a new row folds into its
+    overflow row (`__other__` for every label but the closed ones).
+    """
+
+    name: str  # with the `_total` suffix for a counter
+    help: str
+    labels: tuple[str, ...]  # sorted (the order Prometheus text uses)
+    #: A gauge (the calls in flight): each worker pushes its current value, the aggregator
+    #: serves the sum over its live workers.
+    gauge: bool = False
+    #: The labels whose folds this counter's rows count: a call's labels fold once, counted on
+    #: the requests rows, a task's on the tasks rows, an upstream identity on the upstream
+    #: rows (`address` stands for the identity); the other counters carry the labels already
+    #: folded and count nothing. A row past labels.max_series counts as a fold of its whole
+    #: label set (`series`) on these counters only.
+    counts_folds: tuple[str, ...] = ()
+    #: Closed values of the one label, each served (at zero) before it is first counted.
+    zero_rows: tuple[str, ...] = ()
+    #: The push payload's key for the counters of the wire format's first release (version 1);
+    #: "" for those added since, which travel in its `counters` object.
+    wire: str = ""
+
+    @property
+    def closed(self) -> tuple[tuple[int, tuple[str, ...]], ...]:
+        """(position, allowed values) of the labels whose values are a closed set."""
+        if self.zero_rows:
+            return ((0, self.zero_rows),)
+        return tuple((i, CLOSED_LABELS[label]) for i, label in enumerate(self.labels)
+                     if label in CLOSED_LABELS)
+
+    def overflow(self, row: tuple[str, ...]) -> tuple[str, ...]:
+        """The row `row` folds into past labels.max_series: closed labels keep their value."""
+        kept = {i for i, _ in self.closed}
+        return tuple(v if i in kept else OTHER_TENANT for i, v in enumerate(row))
+
+
+REQUESTS = Counter(
+    REQUESTS_TOTAL, "LLM calls by outcome (ok, error, cancelled, timeout, abandoned).",
+    (MODEL, OUTCOME, PROVIDER, ROUTE, TENANT), counts_folds=(MODEL, PROVIDER, ROUTE, TENANT),
+    wire="requests")
+IN_FLIGHT = Counter(
+    REQUESTS_IN_FLIGHT, "LLM calls started and not yet ended.", (MODEL, PROVIDER, ROUTE),
+    gauge=True, wire="in_flight")
+USAGE_INPUT = Counter(
+    USAGE_INPUT_TOKENS, "Input tokens of the calls, from the provider's usage.", USAGE_LABELS,
+    wire="input_tokens")
+USAGE_CACHED = Counter(
+    USAGE_CACHED_INPUT_TOKENS, "Input tokens the provider served from its prompt cache.",
+    USAGE_LABELS, wire="cached_tokens")
+UPSTREAMS = Counter(
+    UPSTREAM_REQUESTS, "LLM calls by the upstream that answered: resolved address, region "
+    "header, system fingerprint (unknown where not seen).", UPSTREAM_LABELS,
+    counts_folds=(ADDRESS,), wire="upstreams")
+FINISH_REASONS_TOTAL = Counter(
+    "llm_client_finish_reasons_total", "LLM calls by the reason the provider stopped "
+    "generating (stop, length, tool_calls, content_filter, other).",
+    (FINISH_REASON, MODEL, PROVIDER, ROUTE))
+TASKS_TOTAL = Counter(
+    "llm_client_tasks_total", "Agent tasks by outcome and deadline (none, met, exceeded).",
+    (DEADLINE, OUTCOME, TASK), counts_folds=(TASK,))
+TASK_LATE_CALLS = Counter(
+    "llm_client_task_late_calls_total",
+    "LLM calls started after their task's deadline had passed.", (TASK,))
+TASK_ORPHAN_TOKENS = Counter(
+    "llm_client_task_orphan_tokens_total",
+    "Output tokens generated after their task's deadline (work nobody waits for).", (TASK,))
+TASK_WATERFALL_CALLS = Counter(
+    "llm_client_task_waterfall_tool_calls_total",
+    "Tool calls that started after another tool of their task ended, with no LLM call in "
+    "between (waterfall candidates).", (TASK,))
+TENANT_FOLDS = Counter(
+    SELF_TENANT_FOLDS, "Calls whose tenant was folded into __other__ by the label guard.",
+    (MODEL, ROUTE), wire="tenant_folds")
+FOLDS_BY_LABEL = Counter(
+    SELF_LABEL_FOLDS, "Calls whose model, route or provider, tasks whose name (or, when a "
+    "family reached max_series rows, whole label set) was folded into __other__.", (LABEL,),
+    zero_rows=LABEL_FOLDS, wire="label_folds")
+DROPPED = Counter(
+    SELF_DROPS, "Values or series not recorded, by reason.", (REASON,), zero_rows=DROP_REASONS,
+    wire="dropped")
+#: Every counter family, in exposition order.
+COUNTERS: tuple[Counter, ...] = (
+    REQUESTS, IN_FLIGHT, USAGE_INPUT, USAGE_CACHED, UPSTREAMS, FINISH_REASONS_TOTAL,
+    TASKS_TOTAL, TASK_LATE_CALLS, TASK_ORPHAN_TOKENS, TASK_WATERFALL_CALLS, TENANT_FOLDS,
+    FOLDS_BY_LABEL, DROPPED)
+COUNTERS_BY_NAME: dict[str, Counter] = {c.name: c for c in COUNTERS}
 
 # Aggregator self-metrics (`ttft-exporter serve` receiving pushes from worker processes).
 SELF_PUSH_REJECTED = "ttft_exporter_push_rejected_total"  # {reason}

@@ -33,6 +33,8 @@ from typing import Any, Mapping
 from . import names
 from .config.loader import load
 from .config.settings import Config
+from .expose.collector import ExporterCollector
+from .expose.server import DEFAULT_ADDR, DEFAULT_PORT, ExporterServer, create_app
 from .expose.text import ExtraFamilies, Renderer
 from .fleet.push import Flusher, push_url
 from .record.recorder import Recorder
@@ -143,6 +145,24 @@ def _wire_push(new: State) -> None:
             log.warning("ttft-exporter push: %s; not pushing", e)
             return
     _last_push_in_multiprocessing_children()
+
+
+def start_http_server(port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR) -> ExporterServer:
+    """Serve the process-wide metrics on addr:port from a daemon thread; returns the server.
+
+    Raises OSError naming the address when it cannot listen (the port is taken, say): the app
+    decides whether to go on without /metrics."""
+    return ExporterServer(create_app(_renderer), addr, port,
+                          config=state().config.server).start()
+
+
+def collector() -> ExporterCollector:
+    """A prometheus_client collector of the process-wide state current at each scrape."""
+    return ExporterCollector(_renderer)
+
+
+def _renderer() -> Renderer:
+    return state().renderer
 
 
 def count_drop(reason: str = names.DROP_INTERNAL) -> None:

@@ -12,8 +12,9 @@ import urllib.request
 
 from exporter._internal import names
 from exporter._internal.config.settings import AggregatorConfig, Config
-from exporter._internal.fleet import push, wire
+from exporter._internal.fleet import wire
 from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.fleet.take import take
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
 from tests.test_push_processes import CLI, Serve, free_port
@@ -26,13 +27,13 @@ def body(seq: int, calls: int, worker: str = "w") -> bytes:
         t.token(1000 + 997 * i)
         t.end, t.outcome = 10_000_000, names.OK
         rec.record_call(t)
-    delta = push.drain(rec)
+    delta = take(rec)
     delta.worker, delta.seq, delta.interval = worker, seq, 5.0
     return wire.encode(delta, rec.schema.layouts())
 
 
 def calls(agg: Aggregator) -> int:
-    return sum(agg.recorder.counters().requests.values())
+    return sum(agg.recorder.counts().rows[names.REQUESTS_TOTAL].values())
 
 
 def test_a_record_cut_by_a_crash_is_cut_off_and_later_pushes_survive(tmp_path):

@@ -9,8 +9,9 @@ import exporter
 from exporter._internal import names, runtime
 from exporter._internal.config.loader import load
 from exporter._internal.expose.text import Renderer
-from exporter._internal.fleet import push, wire
+from exporter._internal.fleet import wire
 from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.fleet.take import take
 from exporter._internal.record.guard import INVALID
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
@@ -30,9 +31,10 @@ def test_a_label_whose_str_raises_is_replaced_and_the_call_counted():
     with exporter.labels(route=Unprintable(), tenant=Unprintable()):  # type: ignore[arg-type]
         with exporter.track(model="m", provider="p") as call:
             call.token()
-    counters = runtime.state().recorder.counters()
-    assert counters.requests == {("m", names.OK, "p", INVALID, INVALID): 1}
-    assert counters.drops[names.DROP_BAD_LABEL] == 2 and counters.drops[names.DROP_INTERNAL] == 0
+    counters = runtime.state().recorder.counts()
+    assert counters.rows[names.REQUESTS_TOTAL] == {("m", names.OK, "p", INVALID, INVALID): 1}
+    assert counters.value(names.DROPPED, names.DROP_BAD_LABEL) == 2
+    assert counters.value(names.DROPPED, names.DROP_INTERNAL) == 0
 
 
 def call(rec: Recorder, i: int, model: str, route: str, tenant: str, provider: str = "p"):
@@ -49,19 +51,22 @@ def call(rec: Recorder, i: int, model: str, route: str, tenant: str, provider: s
 def assert_bounded(rec: Recorder) -> None:
     """The bounds of docs/metrics.md ("Memory and scrape bounds")."""
     lab = rec.config.labels
-    counters = rec.counters()
+    counters = rec.counts()
     assert counters.series <= lab.max_series
     assert sum(len(s.series) for s in rec.families.values()) == counters.series
-    assert len(counters.requests) <= lab.max_series + len(names.OUTCOMES)
-    assert len(counters.in_flight) <= lab.max_series + 1
-    for rows in (counters.input_tokens, counters.cached_tokens, counters.upstreams):
+    assert len(counters.rows[names.REQUESTS_TOTAL]) <= lab.max_series + len(names.OUTCOMES)
+    assert len(counters.rows[names.REQUESTS_IN_FLIGHT]) <= lab.max_series + 1
+    for rows in (counters.rows[names.USAGE_INPUT_TOKENS],
+                 counters.rows[names.USAGE_CACHED_INPUT_TOKENS],
+                 counters.rows[names.UPSTREAM_REQUESTS]):
         assert len(rows) <= lab.max_series + 1
-    assert len({k[:2] + k[4:] for k in counters.upstreams}) <= \
+    assert len({k[:2] + k[4:] for k in counters.rows[names.UPSTREAM_REQUESTS]}) <= \
         (lab.max_models + 1) * lab.max_upstreams + 1
-    assert len({k[0] for k in counters.requests}) <= lab.max_models + 1
-    assert len({k[3] for k in counters.requests}) <= lab.max_routes + 1
-    assert len({k[2] for k in counters.requests}) <= lab.max_providers + 1
-    assert len(counters.folds) <= (lab.max_models + 1) * (lab.max_routes + 1)
+    assert len({k[0] for k in counters.rows[names.REQUESTS_TOTAL]}) <= lab.max_models + 1
+    assert len({k[3] for k in counters.rows[names.REQUESTS_TOTAL]}) <= lab.max_routes + 1
+    assert len({k[2] for k in counters.rows[names.REQUESTS_TOTAL]}) <= lab.max_providers + 1
+    assert len(counters.rows[names.SELF_TENANT_FOLDS]) <= \
+        (lab.max_models + 1) * (lab.max_routes + 1)
     guard = rec.guard
     assert sum(len(v) for v in guard._seen.values()) <= \
         lab.max_models + lab.max_routes + lab.max_providers
@@ -90,12 +95,14 @@ def test_hundreds_of_thousands_of_routes_models_and_tenants_stay_bounded():
     tracemalloc.stop()
     assert held <= memory_bound(rec), (held, memory_bound(rec))
     assert_bounded(rec)
-    counters = rec.counters()
-    assert sum(counters.requests.values()) == 50_000  # every call counted, none dropped
-    assert counters.label_folds[names.MODEL] == 50_000 - 10
-    assert counters.label_folds[names.ROUTE] > 0 and counters.label_folds[names.PROVIDER] > 0
-    assert counters.label_folds[names.FOLD_UPSTREAM] > 0
-    assert sum(counters.upstreams.values()) == 50_000
+    counters = rec.counts()
+    # every call counted, none dropped
+    assert sum(counters.rows[names.REQUESTS_TOTAL].values()) == 50_000
+    assert counters.value(names.FOLDS_BY_LABEL, names.MODEL) == 50_000 - 10
+    assert counters.value(names.FOLDS_BY_LABEL, names.ROUTE) > 0
+    assert counters.value(names.FOLDS_BY_LABEL, names.PROVIDER) > 0
+    assert counters.value(names.FOLDS_BY_LABEL, names.FOLD_UPSTREAM) > 0
+    assert sum(counters.rows[names.UPSTREAM_REQUESTS].values()) == 50_000
     body = Renderer(rec).render()
     assert len(body) < 4 * 2**20  # a bounded scrape (docs/metrics.md: a few MB at most)
 
@@ -108,11 +115,11 @@ def test_the_aggregator_bounds_the_union_of_its_workers():
         for i in range(300):
             call(worker, i, f"w{w}m{i % 10}", f"w{w}r{i % 20}", f"w{w}t{i}")
         worker.started(f"w{w}m0", "p", f"w{w}r0")  # a call in flight at each worker
-        delta = push.drain(worker)
+        delta = take(worker)
         delta.worker, delta.seq, delta.interval = f"w{w}", 1, 5.0
         status, _ = agg.accept(wire.encode(delta, worker.schema.layouts()))
         assert status == 200
     assert_bounded(agg.recorder)
-    counters = agg.recorder.counters()
-    assert sum(counters.requests.values()) == 6 * 300
-    assert sum(counters.in_flight.values()) == 6
+    counters = agg.recorder.counts()
+    assert sum(counters.rows[names.REQUESTS_TOTAL].values()) == 6 * 300
+    assert sum(counters.rows[names.REQUESTS_IN_FLIGHT].values()) == 6

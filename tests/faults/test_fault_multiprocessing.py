@@ -64,7 +64,7 @@ def test_every_child_delivers_its_calls_at_exit(tmp_path):
         run = subprocess.run([sys.executable, str(script), *CASES], env=env, cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
-        requests = agg.recorder.counters().requests
+        requests = agg.recorder.counts().rows[names.REQUESTS_TOTAL]
         delivered = {case: 0 for case in CASES}
         for (model, outcome, provider, route, tenant), n in requests.items():
             assert outcome == names.OK

@@ -8,6 +8,7 @@ from exporter._internal import names
 from exporter._internal.config.settings import Config
 from exporter._internal.fleet import push, wire
 from exporter._internal.fleet.aggregator import Aggregator, Applied
+from exporter._internal.fleet.take import take
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
 
@@ -19,7 +20,7 @@ def body(seq: int, calls: int) -> bytes:
         t.token(1000 + i)
         t.end, t.outcome = 5000, names.OK
         rec.record_call(t)
-    delta = push.drain(rec)
+    delta = take(rec)
     delta.worker, delta.seq, delta.interval = "w", seq, 5.0
     return wire.encode(delta, rec.schema.layouts())
 
@@ -28,7 +29,7 @@ def test_out_of_order_batches_are_applied_once_each():
     agg = Aggregator(Config())
     answers = [agg.accept(body(seq, 1000))[1]["applied"] for seq in (5, 3, 4, 3, 5, 1, 2, 6)]
     assert answers == [True, True, True, False, False, True, True, True]
-    assert sum(agg.recorder.counters().requests.values()) == 6000
+    assert sum(agg.recorder.counts().rows[names.REQUESTS_TOTAL].values()) == 6000
     assert (agg.applied["w"].floor, agg.applied["w"].above) == (6, set())
 
 

@@ -16,7 +16,7 @@ def test_a_call_ending_while_another_thread_holds_the_lock_waits_and_is_recorded
     held, release, ended = threading.Event(), threading.Event(), threading.Event()
 
     def holder():
-        with recorder._held:  # a scrape, say, holding the lock
+        with recorder.held:  # a scrape, say, holding the lock
             held.set()
             release.wait(10)
 
@@ -46,9 +46,9 @@ def test_a_call_recorded_inside_the_lock_holders_own_thread_is_recorded_on_relea
     t = CallTimeline(start=0, model="m", provider="p", route="r", tenant="t")
     t.token(1000)
     t.end, t.outcome = 2000, names.OK
-    with recorder._held:  # as a finaliser run during this thread's own locked section would
+    with recorder.held:  # as a finaliser run during this thread's own locked section would
         recorder.record_call(t, key)
-        assert len(recorder._deferred) == 1 and not recorder.requests
-    counters = recorder.counters()  # recorded on release: no other call needed
-    assert counters.requests == {("m", names.OK, "p", "r", "t"): 1}
-    assert counters.in_flight == {("m", "p", "r"): 0}
+        assert len(recorder._deferred) == 1 and not recorder.rows[names.REQUESTS_TOTAL]
+    counters = recorder.counts()  # recorded on release: no other call needed
+    assert counters.rows[names.REQUESTS_TOTAL] == {("m", names.OK, "p", "r", "t"): 1}
+    assert counters.rows[names.REQUESTS_IN_FLIGHT] == {("m", "p", "r"): 0}

@@ -16,8 +16,9 @@ from exporter._internal.config.settings import Config, ServerConfig
 from exporter._internal.expose import connection_guard
 from exporter._internal.expose.server import ExporterServer, create_app
 from exporter._internal.expose.text import Renderer
-from exporter._internal.fleet import push, wire
+from exporter._internal.fleet import wire
 from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.fleet.take import take
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
 
@@ -101,7 +102,7 @@ def maximal_push(config: Config) -> bytes:
             t.token(1_000 + (k * 7_919_171 + i * 104_729) % 3_000_000_000)
         t.end, t.outcome = 3_100_000_000, names.OK
         rec.record_call(t)
-    delta = push.drain(rec)
+    delta = take(rec)
     delta.worker, delta.seq, delta.interval = "big", 1, 5.0
     return wire.encode(delta, rec.schema.layouts())
 
@@ -129,7 +130,7 @@ def test_healthz_answers_while_the_largest_push_is_applied():
         release.set()
         thread.join(60)
         assert answers == [200] and agg.batches[names.PUSH_APPLIED] == 1
-        assert agg.recorder.counters().series > 3000  # applied whole, within max_series
+        assert agg.recorder.counts().series > 3000  # applied whole, within max_series
     finally:
         release.set()
         server.stop()

@@ -30,6 +30,7 @@ def test_a_broken_tracer_provider_does_not_raise_into_track(monkeypatch, where):
     monkeypatch.setattr(otel.trace, "get_tracer_provider", lambda: BrokenProvider(where))
     with exporter.track(model="m", route="r") as call:
         call.token()
-    counters = runtime.state().recorder.counters()
-    assert counters.requests == {("m", names.OK, names.UNKNOWN, "r", names.UNKNOWN): 1}
-    assert counters.drops[names.DROP_INTERNAL] == 1  # counted, not raised
+    counters = runtime.state().recorder.counts()
+    assert counters.rows[names.REQUESTS_TOTAL] == {
+        ("m", names.OK, names.UNKNOWN, "r", names.UNKNOWN): 1}
+    assert counters.value(names.DROPPED, names.DROP_INTERNAL) == 1  # counted, not raised

@@ -21,7 +21,7 @@ from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import LoadGenerator, LoadShape
 from exporter._internal.demo.provider import ProviderServer
-from exporter._internal.expose.server import ExporterServer, start_http_server
+from exporter._internal.expose.server import ExporterServer
 
 
 class DemoLoad:
@@ -29,7 +29,7 @@ class DemoLoad:
                  model: LatencyModel | None = None, shape: LoadShape | None = None):
         self.provider = ProviderServer(model, far_region=far_region).start()
         self.knobs = self.provider.knobs
-        self.exporter: ExporterServer = start_http_server(port=0)
+        self.exporter: ExporterServer = runtime.start_http_server(port=0)
         self.recorder = runtime.state().recorder
         self._load = LoadGenerator(self.provider.base_url, shape or LoadShape(rate=rate, seed=seed),
                                    self.knobs, self.provider.far)

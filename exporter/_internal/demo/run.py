@@ -8,7 +8,6 @@ import signal
 from typing import Any
 
 from .. import names, runtime
-from ..expose.server import start_http_server
 from .agents import run_agents
 from .far_region import tls_available
 from .incidents import IncidentDay, Knobs
@@ -30,7 +29,7 @@ def run_demo(port: int = 9469, seconds: float = 0.0, config: str | None = None,
     runtime.configure(config if config is not None else DEMO_CONFIG)
     knobs = Knobs()
     with ProviderServer(knobs=knobs, far_region=tls_available()) as provider:
-        server = start_http_server(port=port)
+        server = runtime.start_http_server(port=port)
         print(f"demo provider: {provider.base_url}/v1 (OpenAI and Anthropic wire formats)")
         if provider.far is not None:
             print(f"far region:    {provider.far.base_url}/v1 (TLS, used by the route change)")

@@ -44,7 +44,7 @@ class TerminalTable:
     def _calls(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = defaultdict(int)
         for (model, _outcome, _provider, route, _tenant), n in \
-                self.recorder.counters().requests.items():
+                self.recorder.counts().rows[names.REQUESTS_TOTAL].items():
             counts[(model, route)] += n
         return counts
 
@@ -84,7 +84,7 @@ class TerminalTable:
             key = (series.values[index[names.MODEL]], series.values[index[names.ROUTE]])
             merged.setdefault(key, Histogram(state.layout)).add(hist)
         outcomes: dict[str, int] = defaultdict(int)
-        for (_model, outcome, _provider, _route, _tenant), n in rec.counters().requests.items():
+        for (_model, outcome, _provider, _route, _tenant), n in rec.counts().rows[names.REQUESTS_TOTAL].items():
             outcomes[outcome] += n
         minutes = (time.monotonic() - self._started) / 60
         lines = [f"summary of the whole run ({minutes:.1f} min): {sum(outcomes.values())} calls "

@@ -6,21 +6,24 @@ exporter's own `/metrics` serves, through prometheus_client's (slower, uncached)
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from .. import runtime
 from .families import families
+from .text import Renderer
 
 
 class ExporterCollector(Collector):
-    """Collects from the process-wide recorder current at each scrape (follows configure())."""
+    """Collects what `renderer()` serves, read afresh at each scrape (so it follows the
+    process-wide state through configure())."""
+
+    def __init__(self, renderer: Callable[[], Renderer]):
+        self._renderer = renderer
 
     def collect(self) -> Iterable[Metric]:
-        current = runtime.state()
-        extra = current.renderer.extra
-        yield from families(current.recorder, current.renderer.last_scrape_seconds)
-        if extra is not None:
-            yield from extra()
+        current = self._renderer()
+        yield from families(current.recorder, current.last_scrape_seconds)
+        if current.extra is not None:
+            yield from current.extra()

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
-from ..record.recorder import Recorder, Series
+from ..record.series import Series
+from ..record.store import Store
 
 #: Sent by Prometheus (and scrapers on its code: Grafana Agent/Alloy, the OpenTelemetry
 #: Collector's prometheus receiver, vmagent) with every scrape.
@@ -33,7 +34,7 @@ class Debuts:
     """The series and counter rows born since the renderer was built and not yet shown to a
     scraper. Not thread-safe: the renderer's lock covers every call."""
 
-    def __init__(self, recorder: Recorder, counters: list[Metric]):
+    def __init__(self, recorder: Store, counters: list[Metric]):
         self._known: set[Series] | None = set(recorder.all_series())
         self._unserved: set[Series] = set()
         self._served_rows: set[_Row] = {_row(sample) for family in counters

@@ -25,11 +25,11 @@ from prometheus_client.core import Metric
 from .. import names
 from ..config.settings import Config
 from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
-from ..record.histogram import Histogram
 from ..record.schema import FamilySchema
 from . import textformat
 from .native import ZERO_THRESHOLD, Converter
 from .proto import metrics_pb2 as pb
+from .sample import Sample
 
 _TYPES = {"counter": pb.COUNTER, "gauge": pb.GAUGE, "summary": pb.SUMMARY,
           "histogram": pb.HISTOGRAM, "unknown": pb.UNTYPED}
@@ -117,21 +117,22 @@ class Encoder:
             found = self._labels[key] = [pb.LabelPair(name=k, value=v) for k, v in key]
         return found
 
-    def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], hist: Histogram,
-                  exemplars: dict[int, Exemplar] | None) -> tuple[bytes, bytes]:
+    def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample
+                  ) -> tuple[bytes, bytes]:
         """The series' histogram metric, and its SLO counts metrics (b"" for other families)."""
         name = fam.name
-        native = self._converters[name].convert(hist)
-        cumulative = hist.cumulative_at()
+        native = self._converters[name].convert(now.hist)
+        cumulative = now.cumulative
         label_pairs = self._label_pairs(labels)
         family = pb.MetricFamily()
         metric = family.metric.add()
         metric.label.extend(label_pairs)
         out = metric.histogram
         out.CopyFrom(self._templates[name])
-        out.sample_count, out.sample_sum = hist.count, fam.to_unit(hist.total)
+        out.sample_count, out.sample_sum = now.count, now.total
         out.schema, out.zero_count = native.schema, native.zero_count
-        for bucket, count in zip(out.bucket, cumulative):  # (none without classic buckets)
+        # (no buckets without classic ones; +Inf is implied: zip stops at the last boundary)
+        for bucket, count in zip(out.bucket, cumulative):
             bucket.cumulative_count = count
         if native.spans:
             add_span = out.positive_span.add
@@ -140,13 +141,13 @@ class Encoder:
             out.positive_delta.extend(native.deltas)
         else:
             out.positive_span.extend(_NO_OP_SPAN)
-        if exemplars:
-            self._exemplars(out, name, cumulative, exemplars)
+        if now.exemplars:
+            self._exemplars(out, name, cumulative, now.exemplars)
         slo = self._slo.get(name)
         if slo is None:
             return family.SerializeToString(), b""
         positions, les = slo
-        counts = [cumulative[p] for p in positions] + [hist.count]
+        counts = [cumulative[p] for p in positions] + [now.count]
         counters = pb.MetricFamily()
         for le, count in zip(les, counts):
             counter = counters.metric.add()

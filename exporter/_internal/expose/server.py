@@ -17,22 +17,18 @@ import gzip
 import signal
 import ssl
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from aiohttp import web
 
-from .. import names, runtime
+from .. import names
 from ..config.settings import ServerConfig
-from ..fleet.wire import PUSH_PATH
 from .connection_guard import Limits
 from .debut import SCRAPER_HEADER
 from .http_thread import HttpThread
 from .text import Renderer
 from .textformat import (OPENMETRICS_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE, PROTOBUF_PROTO,
                          TEXT_CONTENT_TYPE)
-
-if TYPE_CHECKING:
-    from ..fleet.aggregator import Aggregator
 
 DEFAULT_PORT = 9469
 DEFAULT_ADDR = "127.0.0.1"
@@ -92,20 +88,30 @@ def _render(renderer: Renderer, kind: str, scraper: bool) -> tuple[str, bytes]:
     return kind, renderer.render(kind == OPENMETRICS, scraper)
 
 
-def create_app(renderer: Callable[[], Renderer] | None = None,
-               aggregator: "Aggregator | None" = None) -> web.Application:
-    """The exporter's HTTP app; `renderer` defaults to the process-wide one (runtime.state())."""
-    get_renderer = renderer or (lambda: runtime.state().renderer)
+class Extension(Protocol):
+    """What `ttft-exporter serve` adds to the app (fleet/aggregator.py): auth on /metrics, its
+    own routes and background work."""
+
+    def metrics_authorized(self, authorization: str) -> bool: ...
+
+    def metrics_challenge(self) -> str: ...
+
+    def install(self, app: web.Application) -> None: ...
+
+
+def create_app(renderer: Callable[[], Renderer], extension: Extension | None = None
+               ) -> web.Application:
+    """The exporter's HTTP app, serving what `renderer()` renders at each scrape."""
 
     async def metrics(request: web.Request) -> web.Response:
-        if aggregator is not None and not aggregator.access.metrics_authorized(
+        if extension is not None and not extension.metrics_authorized(
                 request.headers.get("Authorization", "")):
             return web.Response(status=401, text="unauthorized\n", headers={
-                "WWW-Authenticate": aggregator.access.metrics_challenge()})
+                "WWW-Authenticate": extension.metrics_challenge()})
         kind = negotiate(request.headers.get("Accept", ""))
         # rendered off the event loop: /healthz and pushes are answered meanwhile
         kind, body = await asyncio.get_running_loop().run_in_executor(
-            None, _render, get_renderer(), kind, SCRAPER_HEADER in request.headers)
+            None, _render, renderer(), kind, SCRAPER_HEADER in request.headers)
         headers = {"Content-Type": _CONTENT_TYPES[kind]}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             body = gzip.compress(body, GZIP_LEVEL)
@@ -118,9 +124,8 @@ def create_app(renderer: Callable[[], Renderer] | None = None,
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
-    if aggregator is not None:
-        app.router.add_post(PUSH_PATH, aggregator.handle_push)
-        app.cleanup_ctx.append(aggregator.background)
+    if extension is not None:
+        extension.install(app)
     return app
 
 
@@ -130,8 +135,8 @@ class ExporterServer(HttpThread):
     def __init__(self, app: web.Application, addr: str, port: int,
                  ssl_context: ssl.SSLContext | None = None,
                  config: ServerConfig | None = None) -> None:
-        """`config` bounds the connections (the process's `server` section by default)."""
-        server = config or runtime.state().config.server
+        """`config` bounds the connections (the defaults when None)."""
+        server = config or ServerConfig()
         super().__init__(app, addr, port, name="ttft-exporter-http", ssl_context=ssl_context,
                          limits=Limits(server.max_connections, server.header_timeout_seconds))
 
@@ -141,16 +146,9 @@ class ExporterServer(HttpThread):
         return self.base_url + "/metrics"
 
 
-def start_http_server(port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR) -> ExporterServer:
-    """Serve the process-wide metrics on addr:port from a daemon thread; returns the server.
-
-    Raises OSError naming the address when it cannot listen (the port is taken, say): the app
-    decides whether to go on without /metrics."""
-    return ExporterServer(create_app(), addr, port).start()
-
-
-def serve_until_signalled(addr: str, port: int, app: web.Application | None = None,
-                          ssl_context: ssl.SSLContext | None = None) -> None:
+def serve_until_signalled(addr: str, port: int, app: web.Application,
+                          ssl_context: ssl.SSLContext | None = None,
+                          config: ServerConfig | None = None) -> None:
     """Serve in the foreground until SIGINT or SIGTERM, then stop cleanly.
 
     Prints the real URL (port 0 picks a free port) so scripts and tests can find it.
@@ -158,7 +156,7 @@ def serve_until_signalled(addr: str, port: int, app: web.Application | None = No
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    server = ExporterServer(app or create_app(), addr, port, ssl_context).start()
+    server = ExporterServer(app, addr, port, ssl_context, config).start()
     print(f"ttft-exporter serving {server.url}", flush=True)
     try:
         while not stop.wait(1.0):

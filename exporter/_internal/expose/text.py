@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Callable
 from prometheus_client.core import Metric
 
 from .. import names
-from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
-from ..record.histogram import Histogram
-from ..record.recorder import FamilyState, Recorder, Series
+from ..record.exemplar import LABEL as EXEMPLAR_LABEL
+from ..record.series import FamilyState, Series
+from ..record.store import Snapshot, Store
 from . import textformat
 from .debut import Debuts
 from .families import counter_families, render_family, window_help, window_quantiles
+from .sample import Sample, sample, zero
 
 if TYPE_CHECKING:
     from .protobuf import Encoder
@@ -49,8 +50,8 @@ class _Cached:
     def __init__(self, labels: str, pairs: list[tuple[str, str]]):
         self.labels = labels
         self.pairs = pairs
-        self.count = 0  # of the histogram snapshot the text shows (the window lines repeat it)
-        self.total = 0
+        self.count = 0  # of the histogram sample the text shows (the window lines repeat it)
+        self.total = 0.0
         self.text: str | None = ""
         self.openmetrics = ""
         self.window = ""
@@ -63,7 +64,7 @@ class _Cached:
 class Renderer:
     """Renders one recorder, caching each series' text between scrapes."""
 
-    def __init__(self, recorder: Recorder, extra: ExtraFamilies | None = None):
+    def __init__(self, recorder: Store, extra: ExtraFamilies | None = None):
         self.recorder = recorder
         self.extra = extra
         self.last_scrape_seconds = 0.0
@@ -114,7 +115,7 @@ class Renderer:
         for state in rec.families.values():
             fam = state.family
             out.append(textformat.header(fam.name, fam.help, "histogram", openmetrics))
-            series_list = list(state.series.values())
+            series_list = rec.series_of(state)
             cache = self._current(series_list, protobuf=False)
             debut = self._debuts.take(series_list) if scraper else None
             if debut:
@@ -155,12 +156,12 @@ class Renderer:
         quantiles = rec.config.window.quantiles
         for state in rec.families.values():
             fam = state.family
-            series_list = list(state.series.values())
+            series_list = rec.series_of(state)
             cache = self._current(series_list, protobuf=True)
             debut = self._debuts.take(series_list) if scraper else None
             parts = [c.protobuf for c in cache]
             if debut:
-                parts = [self.encoder.histogram(fam, cached.pairs, Histogram(state.layout), None)
+                parts = [self.encoder.histogram(fam, cached.pairs, zero(fam, state.layout))
                          if series in debut else part
                          for series, cached, part in zip(series_list, cache, parts)]
             out.append(delimited(header(fam.name, fam.help, "histogram"),
@@ -177,8 +178,7 @@ class Renderer:
                     if cached.protobuf_window_slice != current_slice:
                         values = window_quantiles(rec, state, series, current_slice)
                         cached.protobuf_window = self.encoder.window(
-                            cached.pairs, quantiles, values, cached.count,
-                            fam.to_unit(cached.total))
+                            cached.pairs, quantiles, values, cached.count, cached.total)
                         cached.protobuf_window_slice = current_slice
                     windows.append(cached.protobuf_window)
                 out.append(delimited(header(fam.window_name, window_help(rec, fam), "summary"),
@@ -201,8 +201,8 @@ class Renderer:
 
     def _zero_text(self, series: Series, cached: _Cached) -> str:
         """The series' lines at zero, for its debut (debut.py); not cached."""
-        return self._histogram_text(series, cached.labels, Histogram(series.state.layout),
-                                    None)[0]
+        family = series.state.family
+        return self._histogram_text(family, cached.labels, zero(family, series.state.layout))[0]
 
     @property
     def encoder(self) -> Encoder:
@@ -212,8 +212,8 @@ class Renderer:
             self._encoder = Encoder(self.recorder.config, self.recorder.schema.families)
         return self._encoder
 
-    def _update(self, snapshot: list[tuple[Series, Histogram, dict[int, Exemplar] | None]],
-                protobuf: bool = False, changed: bool = True) -> None:
+    def _update(self, snapshot: list[Snapshot], protobuf: bool = False, changed: bool = True
+                ) -> None:
         """Render these series afresh in one format (their window lines follow); when they
         `changed`, the other format is stale."""
         for series, hist, exemplars in snapshot:
@@ -222,35 +222,32 @@ class Renderer:
                 pairs = list(zip(series.state.label_names, series.values))
                 cached = self._cache[series] = _Cached(textformat.labels(pairs), pairs)
                 self._debuts.born(series)
+            family = series.state.family
+            now = sample(family, hist, exemplars)
             if protobuf:
-                cached.protobuf = self.encoder.histogram(series.state.family, cached.pairs,
-                                                         hist, exemplars)
+                cached.protobuf = self.encoder.histogram(family, cached.pairs, now)
                 if changed:
                     cached.text = None
             else:
-                cached.text, cached.openmetrics = self._histogram_text(
-                    series, cached.labels, hist, exemplars)
+                cached.text, cached.openmetrics = self._histogram_text(family, cached.labels, now)
                 if changed:
                     cached.protobuf = None
-            cached.count, cached.total = hist.count, hist.total
+            cached.count, cached.total = now.count, now.total
             cached.window_slice = cached.protobuf_window_slice = -1  # its window changed too
 
-    def _histogram_text(self, series: Series, labels: str, hist: Histogram,
-                        exemplars: dict[int, Exemplar] | None) -> tuple[str, str]:
+    def _histogram_text(self, fam: names.Family, labels: str, now: Sample) -> tuple[str, str]:
         """The series' lines in the text format, and in OpenMetrics when they differ ("" if not).
 
         They differ only by the exemplars, which OpenMetrics carries after a bucket's value.
         """
-        fam = series.state.family
         name = fam.name
-        cumulative = hist.cumulative_at()
-        cumulative.append(hist.count)
         count = textformat.count
         lines = [f'{name}_bucket{{le="{le}",{labels}}} {count(c)}'
-                 for le, c in zip(self._le[name], cumulative)]
-        tail = (f"\n{name}_count{{{labels}}} {count(hist.count)}\n{name}_sum{{{labels}}} "
-                f"{textformat.number(fam.to_unit(hist.total))}\n")
+                 for le, c in zip(self._le[name], now.cumulative)]
+        tail = (f"\n{name}_count{{{labels}}} {count(now.count)}\n{name}_sum{{{labels}}} "
+                f"{textformat.number(now.total)}\n")
         text = "\n".join(lines) + tail
+        exemplars = now.exemplars
         if not exemplars:
             return text, ""
         for position, (trace_id, value, timestamp) in exemplars.items():
@@ -273,9 +270,9 @@ class Renderer:
         lines = [f'{name}{{{before}{names.QUANTILE}="{q}"{after}}} {textformat.number(v)}\n'
                  for q, v in zip(self._quantile_labels, values)]
         labels = cached.labels
-        count, total = (0, 0) if debut else (cached.count, cached.total)
+        count, total = (0, 0.0) if debut else (cached.count, cached.total)
         lines.append(f"{name}_count{{{labels}}} {textformat.count(count)}\n")
-        lines.append(f"{name}_sum{{{labels}}} {textformat.number(fam.to_unit(total))}\n")
+        lines.append(f"{name}_sum{{{labels}}} {textformat.number(total)}\n")
         return "".join(lines)
 
 

@@ -1,7 +1,7 @@
 """`ttft-exporter serve` as the aggregator: many worker processes, one exact scrape target.
 
 Workers (push.py) POST deltas to `/push`. Each body is validated completely before
-anything is applied (`wire.decode`), so a bad push changes nothing; it is answered with a 4xx
+anything is applied (`validate.decode`), so a bad push changes nothing; it is answered with a 4xx
 and counted in `ttft_exporter_push_rejected_total{reason}`: `unauthorized` (401: bearer token
 missing or wrong, compared in constant time), `too_large` (413: over `max_body_bytes`, or
 inflating past `max_decompressed_bytes`), `malformed` (400), `incompatible` (409: another
@@ -40,7 +40,8 @@ from .. import names
 from ..config.settings import Config, ConfigError
 from ..expose import connection_guard
 from ..record.recorder import Recorder
-from . import wire
+from . import validate, wire
+from .absorb import absorb, in_flight_rows, set_in_flight
 from .access import Access
 from .journal import StateFiles
 from .wire import Delta, PushError
@@ -100,6 +101,8 @@ class Aggregator:
         #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
         self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
         self._gauge_totals: dict[tuple[str, ...], int] = {}
+        #: The in-flight keys of all workers (bounded: labels.max_series).
+        self._gauge_keys: set[tuple[str, ...]] = set()
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self._last_snapshot = clock()
         if self.files is not None:
@@ -119,7 +122,7 @@ class Aggregator:
     def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """Validate and apply one (authorized, size-checked) push body: (HTTP status, answer)."""
         try:
-            delta = wire.decode(body, self.recorder.schema,
+            delta = validate.decode(body, self.recorder.schema,
                                 max_inflated=self.config.aggregator.max_decompressed_bytes)
         except PushError as e:
             return self.reject(e.reason, e.detail)
@@ -155,7 +158,7 @@ class Aggregator:
         if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
             return False
-        self.recorder.absorb(delta, window=window)
+        absorb(self.recorder, delta, window=window)
         seqs = self.applied.pop(worker, None) or Applied()
         seqs.add(delta.seq)
         self.applied[worker] = seqs
@@ -167,7 +170,8 @@ class Aggregator:
             else:
                 ttl = self.config.aggregator.gauge_ttl_seconds or max(3 * delta.interval,
                                                                       MIN_GAUGE_TTL)
-                self._set_gauges(worker, self.recorder.in_flight_rows(delta.in_flight),
+                rows = delta.rows.get(names.REQUESTS_IN_FLIGHT, {})
+                self._set_gauges(worker, in_flight_rows(self.recorder, rows, self._gauge_keys),
                                  self.clock() + ttl)
         self.lost_batches += delta.lost_batches
         self.push_failures += delta.push_failures
@@ -192,7 +196,7 @@ class Aggregator:
                 totals.pop(key, None)
         for key, n in (values or {}).items():
             totals[key] = totals.get(key, 0) + n
-        self.recorder.set_in_flight(totals)  # type: ignore[arg-type]
+        set_in_flight(self.recorder, totals)
 
     def expire(self) -> None:
         """Drop the gauges of workers that stopped pushing."""
@@ -200,7 +204,18 @@ class Aggregator:
         for worker in [w for w, (expires, _) in self.gauges.items() if expires < now]:
             self._set_gauges(worker, None)
 
-    # --- HTTP -----------------------------------------------------------------------------------
+    # --- HTTP: the exporter app's extension (expose/server.py) ----------------------------------
+
+    def metrics_authorized(self, authorization: str) -> bool:
+        return self.access.metrics_authorized(authorization)
+
+    def metrics_challenge(self) -> str:
+        return self.access.metrics_challenge()
+
+    def install(self, app: web.Application) -> None:
+        """The push route, and expiry and snapshots while serving."""
+        app.router.add_post(wire.PUSH_PATH, self.handle_push)
+        app.cleanup_ctx.append(self.background)
 
     async def handle_push(self, request: web.Request) -> web.Response:
         """POST /push."""
@@ -313,14 +328,8 @@ class Aggregator:
                     delta.histograms[key] = hist
                     if exemplars:
                         delta.exemplars[key] = exemplars
-        counters = rec.counters()
-        delta.requests = counters.requests  # type: ignore[assignment]
-        delta.tenant_folds = counters.folds  # type: ignore[assignment]
-        delta.dropped = counters.drops
-        delta.input_tokens = counters.input_tokens  # type: ignore[assignment]
-        delta.cached_tokens = counters.cached_tokens  # type: ignore[assignment]
-        delta.upstreams = counters.upstreams  # type: ignore[assignment]
-        delta.counters = counters.counts  # type: ignore[assignment]
+        rows = rec.counts().rows
+        delta.rows = {c.name: rows[c.name] for c in names.COUNTERS if not c.gauge}
         doc = wire.payload(delta, rec.schema.layouts())
         doc["applied"] = [[worker, seqs.floor, sorted(seqs.above)]
                           for worker, seqs in self.applied.items()]
@@ -350,7 +359,7 @@ class Aggregator:
         doc = self.files.read_snapshot()
         if doc is not None:
             try:
-                delta = wire.from_payload(doc, self.recorder.schema)
+                delta = validate.from_payload(doc, self.recorder.schema)
                 applied = _applied_map(doc.get("applied"))
             except ValueError as e:
                 self.files.set_aside(str(e))
@@ -370,7 +379,7 @@ class Aggregator:
         replayed = 0
         for body in self.files.replay():
             try:
-                delta = wire.decode(body, self.recorder.schema, max_inflated=1 << 34)
+                delta = validate.decode(body, self.recorder.schema, max_inflated=1 << 34)
             except PushError as e:
                 log.warning("ttft-exporter aggregator: journal record skipped: %s", e)
                 continue

@@ -1,8 +1,8 @@
 """The push worker role: send this process's HDR deltas to `ttft-exporter serve`.
 
 A daemon thread (the flusher) wakes every `push.interval_seconds`, takes what the recorder holds
-since its previous visit (`Recorder.take()`: one lock hold of pointer swaps; the HDR indexing of
-pending values runs afterwards on the flusher thread), and POSTs it in the wire format (wire.py)
+since its previous visit (take.py: one lock hold of pointer swaps; the HDR indexing of pending
+values runs afterwards on the flusher thread), and POSTs it in the wire format (wire.py)
 to `<push_url>/push` with the worker's id and a per-worker sequence number. The aggregator merges
 it exactly and answers 200; a batch it has already applied is acknowledged again and ignored, so
 a retry never counts twice.
@@ -41,7 +41,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from .. import names
 from ..config.settings import Config
-from ..record.recorder import Recorder
+from ..record.store import Store
+from .take import take
 from .wire import CONTENT_TYPE, PUSH_PATH, Delta, encode
 
 log = logging.getLogger("exporter.push")
@@ -63,17 +64,6 @@ def new_worker_id() -> str:
     return f"{host}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
-def drain(recorder: Recorder) -> Delta:
-    """Everything `recorder` holds since the previous drain, as a delta (zeros left behind)."""
-    taken = recorder.take()
-    return Delta(histograms=dict(taken.histograms), exemplars=taken.exemplars,
-                 requests=dict(taken.requests), in_flight=dict(taken.in_flight),
-                 tenant_folds=dict(taken.folds), label_folds=taken.label_folds,
-                 counters={name: rows for name, rows in taken.counts.items() if rows},
-                 dropped=taken.drops, input_tokens=dict(taken.input_tokens),
-                 cached_tokens=dict(taken.cached_tokens), upstreams=dict(taken.upstreams))
-
-
 @dataclass
 class _Batch:
     seq: int
@@ -89,7 +79,7 @@ _PERMANENT = frozenset({400, 404, 405, 409, 413, 415, 422})
 class Flusher:
     """One per pushing process: drains the recorder every interval and pushes the deltas."""
 
-    def __init__(self, url: str, config: Config, recorder: Recorder):
+    def __init__(self, url: str, config: Config, recorder: Store):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"push URL must be http(s)://host[:port][/path], got {url!r}")
@@ -106,7 +96,7 @@ class Flusher:
         self._token_stale = False
         self.worker = new_worker_id()
         self.recorder = recorder
-        self._retired: list[Recorder] = []
+        self._retired: list[Store] = []
         self._seq = 0
         self._pending: deque[_Batch] = deque()
         self._lost = 0  # batches dropped and not yet reported to the aggregator
@@ -139,7 +129,7 @@ class Flusher:
         self._thread.start()
         return self
 
-    def follow(self, recorder: Recorder) -> None:
+    def follow(self, recorder: Store) -> None:
         """The process switched to a new recorder (configure()): drain the old one once more."""
         with self._lock:
             if recorder is not self.recorder:
@@ -269,9 +259,9 @@ class Flusher:
 
     def _collect(self, final: bool) -> None:
         """Drain the recorder(s) into the queue (merging into a never-sent tail batch)."""
-        delta = drain(self.recorder)
+        delta = take(self.recorder)
         for old in self._retired:
-            delta.absorb(drain(old))
+            delta.absorb(take(old))
         self._retired.clear()
         delta.worker = self.worker
         delta.interval = self.config.push.interval_seconds

@@ -9,14 +9,17 @@ outside: they are kept raw, hashed or allow-listed, each (model, route) holds at
 `max_tenants` of them and all tenant sets together at most `max_series` values; the rest fold
 into `__other__`. Each model keeps at most `max_upstreams` upstream identities (address, region,
 fingerprint; the rest fold into `__other__`), so a provider rotating addresses or fingerprints
-cannot grow the exporter either. Every fold is counted
-(`folds` per (model, route) for tenants, `label_folds` per label otherwise), so dashboards and
-alerts can show how much traffic lost a label. Not thread-safe: the recorder's lock covers it.
+cannot grow the exporter either. Every fold is counted, in the store's counter rows
+(`ttft_exporter_tenant_folds_total` per (model, route) for tenants,
+`ttft_exporter_label_folds_total` per label otherwise; a replaced value in
+`ttft_exporter_dropped_total{reason="bad_label"}`), so dashboards and alerts can show how much
+traffic lost a label. Not thread-safe: the store's lock covers it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import Sequence
 
 from .. import names
 from ..config.settings import LabelConfig
@@ -28,8 +31,10 @@ CAPPED = (names.MODEL, names.ROUTE, names.PROVIDER, names.TASK)
 
 
 class LabelGuard:
-    def __init__(self, config: LabelConfig):
+    def __init__(self, config: LabelConfig, rows: dict[str, dict[tuple[str, ...], int]]):
+        """`rows`: the store's counter rows by counter name, where the folds are counted."""
         self.config = config
+        self.rows = rows
         self._allow = frozenset(config.tenant_allowlist)
         self._caps = {names.MODEL: config.max_models, names.ROUTE: config.max_routes,
                       names.PROVIDER: config.max_providers, names.TASK: config.max_tasks}
@@ -44,16 +49,10 @@ class LabelGuard:
         #: is checked or hashed again: slower, never more memory).
         self._cache_max = (config.max_series + config.max_models + config.max_routes
                            + config.max_providers + config.max_tasks)
-        #: (model, route) -> number of calls whose tenant folded into __other__.
-        self.folds: dict[tuple[str, str], int] = {}
-        #: label -> calls (or tasks) whose model, route, provider or task folded into __other__.
-        self.label_folds: dict[str, int] = {}
-        #: Label values that had to be replaced or truncated.
-        self.bad_labels = 0
 
     def clean(self, value: object, count: bool = True) -> str:
         """A label value that is safe to expose: a non-empty, bounded, printable string (a
-        replaced value is counted in `bad_labels` unless `count` is false)."""
+        replaced value is counted as a `bad_label` drop unless `count` is false)."""
         if value.__class__ is str and value in self._clean:
             return value  # type: ignore[return-value]
         if isinstance(value, str) and 0 < len(value) <= self.config.max_label_length \
@@ -61,7 +60,8 @@ class LabelGuard:
             if len(self._clean) < self._cache_max:
                 self._clean.add(value)
             return value
-        self.bad_labels += count
+        if count:
+            self._count(names.SELF_DROPS, (names.DROP_BAD_LABEL,), 1)
         if value is None or value == "":
             return names.UNKNOWN
         try:
@@ -73,7 +73,7 @@ class LabelGuard:
 
     def value(self, label: str, raw: object, count: int = 1) -> str:
         """The clean value of a capped label (model, route, provider, task), `__other__` past its
-        cap; a fold adds `count` calls to `label_folds` (and a replaced value is counted once
+        cap; a fold adds `count` calls to the label's folds (and a replaced value is counted once
         when `count` is not 0)."""
         value = self.clean(raw, count > 0)
         seen = self._seen[label]
@@ -82,8 +82,7 @@ class LabelGuard:
         if len(seen) < self._caps[label]:
             seen.add(value)
             return value
-        if count:
-            self.label_folds[label] = self.label_folds.get(label, 0) + count
+        self.fold(label, count)
         return names.OTHER_TENANT
 
     def known(self, label: str, raw: object) -> str:
@@ -124,7 +123,7 @@ class LabelGuard:
                  count: int = 1) -> tuple[str, str, str]:
         """The clean (address, region, fingerprint) of an upstream `model` reached, or all three
         `__other__` past `max_upstreams` identities of that model (a fold adds `count` calls to
-        `label_folds["upstream"]`)."""
+        the folds of label `upstream`)."""
         identity = (self.clean(address, count > 0), self.clean(region, count > 0),
                     self.clean(fingerprint, count > 0))
         if identity == (names.OTHER_TENANT,) * 3:  # folded already (by a worker's guard)
@@ -137,16 +136,41 @@ class LabelGuard:
         if len(seen) < self.config.max_upstreams:
             seen.add(identity)
             return identity
-        if count:
-            folds = self.label_folds
-            folds[names.FOLD_UPSTREAM] = folds.get(names.FOLD_UPSTREAM, 0) + count
+        self.fold(names.FOLD_UPSTREAM, count)
         return (names.OTHER_TENANT,) * 3  # type: ignore[return-value]
+
+    def relabel(self, labels: Sequence[str], values: tuple[str, ...], count: int = 0,
+                counted: Sequence[str] = ()) -> tuple[str, ...]:
+        """A worker's label values (of a series or a counter row) through this guard: capped
+        labels, tenants (no policy: the worker applied it) and upstream identities (`address`
+        standing for the identity); a fold of a label in `counted` is counted `count` times."""
+        out = dict(zip(labels, values))
+        for label in CAPPED:
+            if label in out:
+                out[label] = self.value(label, out[label], count if label in counted else 0)
+        if names.TENANT in out:
+            out[names.TENANT] = self.tenant(
+                out[names.MODEL], out[names.ROUTE], out[names.TENANT], policy=False,
+                count=count if names.TENANT in counted else 0)
+        if names.ADDRESS in out:
+            out[names.ADDRESS], out[names.REGION], out[names.FINGERPRINT] = self.upstream(
+                out[names.MODEL], out[names.ADDRESS], out[names.REGION],
+                out[names.FINGERPRINT], count if names.ADDRESS in counted else 0)
+        return tuple(out[label] for label in labels)
+
+    def fold(self, label: str, count: int) -> None:
+        """Count `count` calls (or tasks) whose `label` folded (the whole label set: "series")."""
+        if count:
+            self._count(names.SELF_LABEL_FOLDS, (label,), count)
 
     def _fold(self, model: str, route: str, count: int) -> str:
         if count:
-            key = (model, route)
-            self.folds[key] = self.folds.get(key, 0) + count
+            self._count(names.SELF_TENANT_FOLDS, (model, route), count)
         return names.OTHER_TENANT
+
+    def _count(self, counter: str, row: tuple[str, ...], n: int) -> None:
+        rows = self.rows[counter]
+        rows[row] = rows.get(row, 0) + n
 
     def _hash(self, value: str) -> str:
         hashed = self._hashed.get(value)

@@ -267,6 +267,11 @@ class Histogram:
             indices, counts = zip(*other.nonzero())
             self.add_counts(indices, counts, other.count, other.total, other._at_or_below)
 
+    def add_to(self, hist: "Histogram") -> None:
+        """`hist.add(self)`: what every histogram a series can be given answers (a worker's
+        received one too, whose class lives with the wire format)."""
+        hist.add(self)
+
     def nonzero(self) -> Iterable[tuple[int, int]]:
         """(HDR index, count) of every non-empty bucket, in value order."""
         lo = self._lo

@@ -11,15 +11,17 @@ every method.
 from __future__ import annotations
 
 from array import array
-from typing import Union
+from typing import Protocol
 
-from ..fleet.codec import Sparse
 from .exemplar import Exemplar
 from .histogram import RAW_SLICE_MAX, Batch, Histogram, WindowPart
 from .schema import FamilySchema
 
-#: A histogram to add to a series: a local one, or one received from a worker.
-Addable = Union[Histogram, Sparse]
+
+class Addable(Protocol):
+    """A histogram to add to a series: a local one, or one received from a worker."""
+
+    def add_to(self, hist: Histogram) -> None: ...
 
 
 class Series:
@@ -54,7 +56,7 @@ class Series:
         """Add a histogram's counts; with a `slice_id`, to that window slice too."""
         if self.pending:
             self.fold(keep_slices)
-        hist.add_to(self.hist) if isinstance(hist, Sparse) else self.hist.add(hist)
+        hist.add_to(self.hist)
         if slice_id is not None and self.state.windowed:
             self._add_to_window(slice_id, keep_slices, None, hist)
 
@@ -81,10 +83,8 @@ class Series:
             slices[-1] = (sid, part)
         if isinstance(counted, Batch):
             part.record_batch(counted)
-        elif isinstance(counted, Sparse):
-            counted.add_to(part)
         else:
-            part.add(counted)
+            counted.add_to(part)
 
 
 class FamilyState:

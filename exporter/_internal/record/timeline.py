@@ -72,13 +72,22 @@ class CallTimeline:
 
 
 class Derived(NamedTuple):
-    """Per-call values in microseconds (times) or tokens; None where not derivable."""
+    """Per-call values in microseconds (times) or tokens; None where not derivable.
+
+    A per-call histogram family names its field (`names.Family.per_call`): the recorder
+    records each family's value from that field, so adding one is a Family and a field here.
+    """
 
     ttft: int | None
     first_answer: int | None
     tpot: int | None
     stall: int | None
     duration: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_input_tokens: int | None
+    max_tokens: int | None
+    max_tokens_headroom: int | None
     phases: dict[str, int]
     gaps: list[int]
 
@@ -145,8 +154,11 @@ def derive(t: CallTimeline) -> Derived:
     start = t.start
     end = t.end
     answer = t.first_answer_token
-    # Derived(ttft, first_answer, tpot, stall, duration, phases, gaps), built without the
-    # namedtuple's Python-level __new__
+    max_tokens = t.max_tokens
+    headroom = None
+    if max_tokens is not None and t.output_tokens is not None:
+        headroom = max(0, max_tokens - t.output_tokens)
+    # built without the namedtuple's Python-level __new__ (its fields, in order)
     return _new_tuple(Derived, (
         (first - start) // NS_PER_US if first is not None and start is not None
         and first >= start else None,
@@ -156,6 +168,11 @@ def derive(t: CallTimeline) -> Derived:
         max(gaps) if gaps else None,
         (end - start) // NS_PER_US if end is not None and start is not None
         and end >= start else None,
+        t.input_tokens,
+        t.output_tokens,
+        t.cached_input_tokens,
+        max_tokens,
+        headroom,
         phases(t),
         gaps,
     ))
