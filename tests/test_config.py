@@ -7,6 +7,7 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from exporter._internal import promql
 from exporter._internal.config import loader as config_loader, settings as config
 from exporter._internal.config.settings import Config, ConfigError
 
@@ -86,6 +87,15 @@ def test_numbers_out_of_range():
     assert paths_of({"server": {"port": 70000}}) == ["server.port"]
     assert config_loader.load({"server": {"port": 0}}).server.port == 0  # any free port
     assert paths_of({"window": {"seconds": 0.00000001}}) == ["window.seconds"]
+
+
+def test_the_histogram_modes_the_config_accepts_are_the_ones_the_queries_know():
+    """`dashboards.histograms` picks one of promql.MODES; any other value is the user's
+    mistake, reported at its key (never a KeyError when the generators start)."""
+    for name, mode in promql.MODES.items():
+        loaded = config_loader.load({"dashboards": {"histograms": name}})
+        assert promql.histogram_mode(loaded) is mode and mode.name == name
+    assert paths_of({"dashboards": {"histograms": "exponential"}}) == ["dashboards.histograms"]
 
 
 def test_yaml_files_name_the_line(tmp_path):

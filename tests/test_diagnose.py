@@ -31,6 +31,7 @@ from exporter._internal.diagnose.causes import standard_error
 from exporter._internal.diagnose.run import Prometheus, _windows
 from exporter._internal.generate.cause_rules import LIKELY_CAUSE
 from exporter._internal.generate.files import RULE_FILES, generate
+from exporter._internal.promql import CLASSIC
 from exporter._internal.record.timeline import CallTimeline
 from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 
@@ -173,8 +174,8 @@ def test_a_rise_within_its_own_noise_is_not_degraded(run: dict[str, Any]) -> Non
     standard errors: no finding (the test above), no recording, no alert (the rules test)."""
     prom = Prometheus(run["proms"]["classic"].url)
     with ThreadPoolExecutor(max_workers=8) as pool:
-        now = _windows(prom, run["at"], WINDOW, ['model="m-mixed"'], False, pool)
-        base = _windows(prom, run["changed"] - 1, WINDOW, ['model="m-mixed"'], False, pool)
+        now = _windows(prom, run["at"], WINDOW, ['model="m-mixed"'], CLASSIC, pool)
+        base = _windows(prom, run["changed"] - 1, WINDOW, ['model="m-mixed"'], CLASSIC, pool)
     now_w, base_w = now[("m-mixed", "r")], base[("m-mixed", "r")]
     assert now_w.ttft >= 1.25 * base_w.ttft and now_w.ttft - base_w.ttft >= 0.1, (now_w, base_w)
     error = standard_error(now_w, base_w, "ttft")

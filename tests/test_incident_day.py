@@ -32,6 +32,7 @@ from exporter._internal.diagnose.causes import DEFAULT, SIGNALS_BY_KEY, UNKNOWN
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.generate.files import RULE_FILES, generate
 from exporter._internal.generate.panels import TOP
+from exporter._internal.promql import CLASSIC
 from tests.support import skip_or_fail
 from tests.support.incident_day import CALM, CONFIG, PHASE, WINDOW, played_day
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
@@ -344,7 +345,7 @@ def test_diagnose_finds_nothing_in_the_calm(day: dict[str, Any]) -> None:
     diagnose that compared nothing."""
     half = (CALM - SKIP) / 2
     assert diagnosed(day, CALM, half, CALM - half, half) == []
-    calls = SIGNALS_BY_KEY["calls"].expr(f"{half:g}s", [], ["model", "route"])
+    calls = SIGNALS_BY_KEY["calls"].expr(f"{half:g}s", [], ["model", "route"], mode=CLASSIC)
     compared = [{(r["metric"]["model"], r["metric"]["route"]) for r in
                  day["prom"].query(f"{calls} >= {MIN_CALLS}", at=day["start"] + at)}
                 for at in (CALM, CALM - half)]

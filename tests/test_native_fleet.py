@@ -200,6 +200,6 @@ def check_native_rules_and_dashboards(prom: PrometheusServer, cfg: config.Config
         for panel in panels(board):
             for target in panel["targets"]:
                 prom.query(grafana_expr(target["expr"]))  # raises on an error
-    p99 = prom.query(grafana_expr(promql.quantile(0.99, names.TTFT, promql.MODEL_ROUTE,
-                                                  "1h", native=True)))
+    p99 = prom.query(grafana_expr(promql.NATIVE.quantile(0.99, names.TTFT, promql.MODEL_ROUTE,
+                                                         "1h")))
     assert 0.5 < value(p99) < 60

@@ -8,11 +8,13 @@ rules themselves (and alert-only policy) are in alerts.py, the panels in dashboa
 metric name comes from exporter.names; the recording rules' own names follow Prometheus'
 `level:metric:operation` convention and keep their nominal windows at any `window_scale`.
 
-Two modes (`dashboards.histograms`): `classic` reads the `le` buckets, `native` the native
-histograms Prometheus scrapes over protobuf (`histogram_quantile` / `histogram_count` /
-`histogram_sum` on the one series) and, for SLO ratios, the exact SLO counts served beside them
-(`names.slo_calls_name`, whose `le="+Inf"` series counts every call): the same division of
-exact counts as `_bucket{le=...}` / `_count`, so both modes give the same ratios.
+Two modes (`dashboards.histograms`), each a `HistogramMode` chosen once from the config
+(`histogram_mode`): `classic` reads the `le` buckets, `native` the native histograms Prometheus
+scrapes over protobuf (`histogram_quantile` / `histogram_count` / `histogram_sum` on the one
+series) and, for SLO ratios, the exact SLO counts served beside them (`names.slo_calls_name`,
+whose `le="+Inf"` series counts every call): the same division of exact counts as
+`_bucket{le=...}` / `_count`, so both modes give the same ratios. Every query over a histogram
+asks the mode for its series; nothing else tells the two apart.
 
 SLO scopes: the first SLO entry is the default, later entries override it for a (model, route)
 selector and the last matching entry wins (config.slo_for). Each entry's queries select its own
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -139,6 +142,131 @@ def indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
+def block(expr: str) -> str:
+    """`expr` in parentheses on lines of its own, indented: a nested operand."""
+    return f"(\n{indent(expr)}\n)"
+
+
+def over(window: str, offset: str = "") -> str:
+    """A range `[window]`, shifted back by `offset` when one is given."""
+    return f"[{window}] offset {offset}" if offset else f"[{window}]"
+
+
+# --- histogram modes --------------------------------------------------------------------------
+
+
+class HistogramMode(ABC):
+    """The PromQL vocabulary of one histogram mode: which series hold a family's buckets,
+    count, sum and SLO counts, and how a query reads them. Rules, panels and diagnose ask it
+    rather than test the mode; a mode itself says only where a part lives and how it is read."""
+
+    #: The mode's name in the config (`dashboards.histograms`).
+    name: str
+    #: Legend of a query per bucket (a heatmap's).
+    bucket_legend: str
+
+    def quantile(self, q: float, family: names.Family, labels: Sequence[str], window: str,
+                 matchers: Sequence[str] = (), offset: str = "") -> str:
+        """`histogram_quantile` of the family's buckets over `window`, aggregated by
+        `labels`."""
+        buckets = selector(self._series(family, "bucket"), matchers)
+        return (f"histogram_quantile({num(q)}, {self._sum_buckets(labels)} "
+                f"(rate({buckets}{over(window, offset)})))")
+
+    def rate(self, family: names.Family, part: str, matchers: Sequence[str], window: str,
+             offset: str = "") -> str:
+        """Per-second rate of a histogram's `count` or `sum` over `window`."""
+        series = selector(self._series(family, part), matchers)
+        return self._read(part, f"rate({series}{over(window, offset)})")
+
+    def presence(self, family: names.Family) -> str:
+        """The series holding the family's count, which the other mode does not store:
+        whether Prometheus stores this mode."""
+        return self._series(family, "count")
+
+    @abstractmethod
+    def bucket_increase(self, family: names.Family, matchers: Sequence[str], window: str) -> str:
+        """Calls per bucket over `window`, the selection summed (a heatmap's query)."""
+
+    @abstractmethod
+    def calls(self, family: names.Family) -> tuple[str, list[str]]:
+        """The counter (and matchers) whose rate counts the family's calls, exactly."""
+
+    @abstractmethod
+    def met(self, family: names.Family) -> str:
+        """The counter of the family's calls at or under an SLO threshold (select its `le`)."""
+
+    @abstractmethod
+    def _series(self, family: names.Family, part: str) -> str:
+        """The series holding a histogram's `bucket`, `count` or `sum`."""
+
+    @abstractmethod
+    def _read(self, part: str, rate: str) -> str:
+        """The rate of a `count` or `sum` from the rate of its series."""
+
+    @abstractmethod
+    def _sum_buckets(self, labels: Sequence[str]) -> str:
+        """The aggregation that keeps `labels` and the buckets."""
+
+
+class ClassicMode(HistogramMode):
+    """Classic histograms: one `_bucket` series per `le`, `_count` and `_sum` beside them."""
+
+    name, bucket_legend = "classic", "{{le}}"
+
+    def bucket_increase(self, family: names.Family, matchers: Sequence[str], window: str) -> str:
+        return f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{window}]))"
+
+    def calls(self, family: names.Family) -> tuple[str, list[str]]:
+        return self._series(family, "count"), []
+
+    def met(self, family: names.Family) -> str:
+        return self._series(family, "bucket")
+
+    def _series(self, family: names.Family, part: str) -> str:
+        return f"{family.name}_{part}"
+
+    def _read(self, part: str, rate: str) -> str:
+        return rate
+
+    def _sum_buckets(self, labels: Sequence[str]) -> str:
+        return f"sum by ({by([*labels, 'le'])})"
+
+
+class NativeMode(HistogramMode):
+    """Native histograms: one series holds the buckets, count and sum (Grafana draws the
+    buckets itself); the exact SLO counts served beside them count calls under a threshold."""
+
+    name, bucket_legend = "native", ""
+
+    def bucket_increase(self, family: names.Family, matchers: Sequence[str], window: str) -> str:
+        return f"sum(increase({selector(family.name, matchers)}[{window}]))"
+
+    def calls(self, family: names.Family) -> tuple[str, list[str]]:
+        return names.slo_calls_name(family), [eq("le", "+Inf")]
+
+    def met(self, family: names.Family) -> str:
+        return names.slo_calls_name(family)
+
+    def _series(self, family: names.Family, part: str) -> str:
+        return family.name
+
+    def _read(self, part: str, rate: str) -> str:
+        return f"histogram_{part}({rate})"
+
+    def _sum_buckets(self, labels: Sequence[str]) -> str:
+        return f"sum by ({by(labels)})" if labels else "sum"
+
+
+CLASSIC, NATIVE = ClassicMode(), NativeMode()
+MODES: dict[str, HistogramMode] = {mode.name: mode for mode in (CLASSIC, NATIVE)}
+
+
+def histogram_mode(config: Config) -> HistogramMode:
+    """The mode the config's generated queries read (`dashboards.histograms`)."""
+    return MODES[config.dashboards.histograms]
+
+
 # --- SLO scopes -------------------------------------------------------------------------------
 
 
@@ -150,7 +278,7 @@ class Scope:
     slo: SLO
     matchers: tuple[str, ...]
     excluded: tuple[tuple[str, ...], ...]
-    native: bool = False  # dashboards.histograms: native
+    mode: HistogramMode
 
 
 def scopes(config: Config) -> list[Scope]:
@@ -165,13 +293,8 @@ def scopes(config: Config) -> list[Scope]:
         if ident in seen:
             ident = f"{ident}#{i}"
         seen.add(ident)
-        out.append(Scope(ident, slo, _matchers(slo), excluded, is_native(config)))
+        out.append(Scope(ident, slo, _matchers(slo), excluded, histogram_mode(config)))
     return out
-
-
-def is_native(config: Config) -> bool:
-    """True when the generated queries read native histograms."""
-    return config.dashboards.histograms == "native"
 
 
 def _selector(slo: SLO) -> tuple[tuple[str, str], ...]:
@@ -194,7 +317,7 @@ def _claim(expr: str, scope: Scope, presence_metric: str, window: str) -> str:
     unless = "\n".join(
         f"unless on ({by(MODEL_ROUTE)}) present_over_time({selector(presence_metric, m)}[{window}])"
         for m in scope.excluded)
-    return f"(\n{indent(expr)}\n)\n{unless}"
+    return f"{block(expr)}\n{unless}"
 
 
 # --- ratios and quantiles ---------------------------------------------------------------------
@@ -217,37 +340,31 @@ def sli_good_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = (
     return _sli_ratio(sli, scope, window, extra, keep, good=True)
 
 
-def sli_events(sli: str, native: bool = False) -> tuple[str, list[str]]:
-    """The counter (and matchers) whose rate counts an SLI's events: the family's `_count`
-    (calls that got a value), or with native histograms the `le="+Inf"` series of the exact
-    SLO counts served beside them; for errors, the requests counter (every call)."""
+def sli_events(sli: str, mode: HistogramMode) -> tuple[str, list[str]]:
+    """The counter (and matchers) whose rate counts an SLI's events: the family's calls in
+    `mode` (HistogramMode.calls); for errors, the requests counter (every call)."""
     if sli == ERRORS_SLI:
         return names.REQUESTS_TOTAL, []
-    family = LATENCY_SLIS[sli]
-    if native:
-        return names.slo_calls_name(family), [eq("le", "+Inf")]
-    return family.name + "_count", []
+    return mode.calls(LATENCY_SLIS[sli])
 
 
 def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str],
                keep: Sequence[str], good: bool) -> str:
     m = [*scope.matchers, *extra]
-    events, at_inf = sli_events(sli, scope.native)
+    events, at_inf = sli_events(sli, scope.mode)
     total = f"sum by ({by(keep)}) (rate({selector(events, [*at_inf, *m])}[{window}]))"
     if sli == ERRORS_SLI:
         bad_sel = selector(names.REQUESTS_TOTAL,
                            [regex(names.OUTCOME, "|".join(ERROR_OUTCOMES)), *m])
         bad = f"sum by ({by(keep)}) (rate({bad_sel}[{window}]))"
         ratio = f"(\n  {bad}\n  or 0 * {total}\n)\n/ ({total} > 0)"
-        expr = f"1 - (\n{indent(ratio)}\n)" if good else ratio
+        expr = f"1 - {block(ratio)}" if good else ratio
         return _claim(expr, scope, names.REQUESTS_TOTAL, window)
-    family = LATENCY_SLIS[sli]
     threshold = eq("le", le(getattr(scope.slo, sli).threshold_seconds))
-    # With native histograms the exact counts served beside them, else the `le` bucket.
-    met_metric = names.slo_calls_name(family) if scope.native else family.name + "_bucket"
-    met = f"sum by ({by(keep)}) (rate({selector(met_metric, [threshold, *m])}[{window}]))"
+    met_sel = selector(scope.mode.met(LATENCY_SLIS[sli]), [threshold, *m])
+    met = f"sum by ({by(keep)}) (rate({met_sel}[{window}]))"
     ratio = f"{met}\n/ ({total} > 0)"
-    expr = ratio if good else f"1 - (\n{indent(ratio)}\n)"
+    expr = ratio if good else f"1 - {block(ratio)}"
     return _claim(expr, scope, events, window)
 
 
@@ -260,30 +377,6 @@ def outcome_ratio(outcome: str, scope: Scope, window: str, extra: Sequence[str] 
     expr = (f"sum by ({by(keep)}) (rate({part}[{window}]))\n"
             f"/ (sum by ({by(keep)}) (rate({total}[{window}])) > 0)")
     return _claim(expr, scope, names.REQUESTS_TOTAL, window)
-
-
-def quantile(q: float, family: names.Family, labels: Sequence[str], window: str,
-             matchers: Sequence[str] = (), offset: str = "", native: bool = False) -> str:
-    """`histogram_quantile` of a family's classic buckets (or native histograms), aggregated
-    by `labels`."""
-    shift = f" offset {offset}" if offset else ""
-    if native:
-        sel = selector(family.name, matchers)
-        agg = f"sum by ({by(labels)})" if labels else "sum"
-        return f"histogram_quantile({num(q)}, {agg} (rate({sel}[{window}]{shift})))"
-    sel = selector(family.name + "_bucket", matchers)
-    return (f"histogram_quantile({num(q)}, sum by ({by([*labels, 'le'])}) "
-            f"(rate({sel}[{window}]{shift})))")
-
-
-def histogram_rate(family: names.Family, part: str, matchers: Sequence[str], window: str,
-                   offset: str = "", native: bool = False) -> str:
-    """Per-second rate of a histogram's `count` or `sum`: `rate(<family>_count[w])`, or
-    `histogram_count(rate(<family>[w]))` on native histograms."""
-    shift = f" offset {offset}" if offset else ""
-    if native:
-        return f"histogram_{part}(rate({selector(family.name, matchers)}[{window}]{shift}))"
-    return f"rate({selector(f'{family.name}_{part}', matchers)}[{window}]{shift})"
 
 
 # --- recording rule names ---------------------------------------------------------------------

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .. import names
 from ..config.settings import AlertingConfig
-from ..promql import by, histogram_rate, quantile, regex, runbook_url, selector
+from ..promql import HistogramMode, by, over, regex, runbook_url, selector
 
 PREFILL_SURGE = "prefill_surge"
 COLD_CACHE = "cold_cache"
@@ -115,32 +115,31 @@ class Signal:
     per_model: bool = False  # over all routes of the model (no route label)
 
     def expr(self, window: str, matchers: Sequence[str], keep: Sequence[str],
-             offset: str = "", native: bool = False) -> str:
+             offset: str = "", *, mode: HistogramMode) -> str:
         """PromQL of the signal over `window` (shifted back by `offset`), by `keep` (plus
-        tenant or phase where the signal has them)."""
+        tenant or phase where the signal has them), reading histograms stored in `mode`."""
         labels = [*(k for k in keep if not (self.per_model and k == names.ROUTE)),
                   *([names.TENANT] if self.tenant else []),
                   *([names.PHASE] if self.phase else [])]
         m = [*matchers, *([regex(names.PHASE, "|".join(PHASES))] if self.phase else [])]
         grouped = f"sum by ({by(labels)})"
+        span = over(window, offset)
         if self.kind in ("cached_share", "cached_per_call"):
-            shift = f" offset {offset}" if offset else ""
             cached = selector(names.USAGE_CACHED_INPUT_TOKENS, m)
             if self.kind == "cached_share":
-                total = f"rate({selector(names.USAGE_INPUT_TOKENS, m)}[{window}]{shift})"
+                total = f"rate({selector(names.USAGE_INPUT_TOKENS, m)}{span})"
             else:
-                total = histogram_rate(names.TTFT, "count", m, window, offset, native)
-            return (f"{grouped} (rate({cached}[{window}]{shift}))\n"
-                    f"/ ({grouped} ({total}) > 0)")
+                total = mode.rate(names.TTFT, "count", m, window, offset)
+            return f"{grouped} (rate({cached}{span}))\n/ ({grouped} ({total}) > 0)"
         assert self.family is not None
         if self.kind == "spread":
-            high, low = (quantile(q, self.family, labels, window, m, offset, native)
+            high, low = (mode.quantile(q, self.family, labels, window, m, offset)
                          for q in SPREAD_QUANTILES)
             return f"(\n{high}\n- {low}\n) >= 0"  # NaN (no calls) is no spread
-        count = f"{grouped} ({histogram_rate(self.family, 'count', m, window, offset, native)})"
+        count = f"{grouped} ({mode.rate(self.family, 'count', m, window, offset)})"
         if self.kind == "calls":
             return f"{count} * {_seconds(window)}"
-        total = f"{grouped} ({histogram_rate(self.family, 'sum', m, window, offset, native)})"
+        total = f"{grouped} ({mode.rate(self.family, 'sum', m, window, offset)})"
         return f"{total}\n/ ({count} > 0)"
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import names
 from ..config.settings import AlertingConfig
-from ..promql import MODEL_ROUTE, duration, eq
+from ..promql import CLASSIC, MODEL_ROUTE, NATIVE, HistogramMode, duration, eq
 from .causes import (DEFAULT, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds, Window, classify,
                      new_upstream_share)
 
@@ -112,25 +112,25 @@ class Request:
         return self.at - self.since if self.baseline_at is None else self.baseline_at
 
 
-def native_only(prom: Prometheus, at: float, matchers: Sequence[str]) -> bool:
-    """True when Prometheus stores the TTFT histogram as native histograms only (no classic
-    `_count` series to read). No TTFT series at all is an error: nothing to diagnose."""
-    ttft, inner = names.TTFT.name, ", ".join(matchers)
-    if prom.query(f"count(last_over_time({ttft}_count{{{inner}}}[1h]))", at):
-        return False
-    if prom.query(f"count(last_over_time({ttft}{{{inner}}}[1h]))", at):
-        return True
+def stored_mode(prom: Prometheus, at: float, matchers: Sequence[str]) -> HistogramMode:
+    """How Prometheus stores the TTFT histogram: classic where it has the classic series (also
+    beside native ones), else native. No TTFT series at all is an error: nothing to
+    diagnose."""
+    inner = ", ".join(matchers)
+    for mode in (CLASSIC, NATIVE):
+        if prom.query(f"count(last_over_time({mode.presence(names.TTFT)}{{{inner}}}[1h]))", at):
+            return mode
     where = f" matching {{{inner}}}" if inner else ""
-    raise DiagnoseError(f"Prometheus at {prom.url} has no {ttft} series{where} in the hour "
-                        f"before {_clock(at)}: is it scraping the exporter?")
+    raise DiagnoseError(f"Prometheus at {prom.url} has no {names.TTFT.name} series{where} in "
+                        f"the hour before {_clock(at)}: is it scraping the exporter?")
 
 
 def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str],
-             native: bool, pool: ThreadPoolExecutor) -> dict[tuple[str, str], Window]:
+             mode: HistogramMode, pool: ThreadPoolExecutor) -> dict[tuple[str, str], Window]:
     """Every signal over `window` seconds ending at `at`, per (model, route)."""
     dur = duration(window)
-    futures = {s.key: pool.submit(prom.query, s.expr(dur, matchers, MODEL_ROUTE, native=native),
-                                  at) for s in SIGNALS}
+    futures = {s.key: pool.submit(prom.query, s.expr(dur, matchers, MODEL_ROUTE, mode=mode), at)
+               for s in SIGNALS}
     out: dict[tuple[str, str], Window] = {}
     #: per-model signal -> model -> tenant -> value
     per_model: dict[str, dict[str, dict[str, float]]] = {}
@@ -164,13 +164,13 @@ def diagnose(prom: Prometheus, req: Request, thresholds: Thresholds = DEFAULT,
     """The findings, one per degraded (model, route), sorted by model and route."""
     matchers = [eq(label, value) for label, value in ((names.MODEL, req.model),
                                                       (names.ROUTE, req.route)) if value]
-    native = native_only(prom, req.at, matchers)
+    mode = stored_mode(prom, req.at, matchers)
     with ThreadPoolExecutor(max_workers=8) as pool:
         upstream = pool.submit(prom.query, new_upstream_share(
             duration(req.since), duration(req.baseline), duration(req.at - req.baseline_end),
             [m for m in matchers if not m.startswith(names.ROUTE)], (names.MODEL,)), req.at)
-        now = _windows(prom, req.at, req.since, matchers, native, pool)
-        base = _windows(prom, req.baseline_end, req.baseline, matchers, native, pool)
+        now = _windows(prom, req.at, req.since, matchers, mode, pool)
+        base = _windows(prom, req.baseline_end, req.baseline, matchers, mode, pool)
         shares = {row["metric"].get(names.MODEL, ""): float(row["value"][1])
                   for row in upstream.result()}
     findings = []

@@ -20,10 +20,11 @@ from grafanalib import core
 
 from .. import names
 from ..config.settings import Config
-from ..promql import MODEL_ROUTE, eq, indent, regex, selector
+from ..promql import MODEL_ROUTE, block, eq, indent, regex, selector
 from .dashboards import AGENTS, MR_LEGEND, dashboard
-from .grafana import Dashboard, Row, Variable, step
-from .panels import Queries, layout, rate, sum_by, target, timeseries, top
+from .grafana import Dashboard, Row, Variable
+from .panels import (Queries, layout, rate, share_panel, sum_by, target, timeseries, top,
+                     top_block)
 
 TASK = [names.TASK]
 TASK_LEGEND = "{{task}}"
@@ -33,7 +34,7 @@ OVERRUNS, TRUNCATION = "LLMTaskDeadlineOverruns", "LLMTruncationRateHigh"
 
 def _per(numerator: str, denominator: str) -> str:
     """numerator / denominator, no value (never NaN) where the denominator is 0."""
-    return f"(\n{indent(numerator)}\n)\n/ (\n{indent(denominator)}\n  > 0\n)"
+    return f"{block(numerator)}\n/ (\n{indent(denominator)}\n  > 0\n)"
 
 
 def agent_tasks(config: Config, q: Queries) -> list[core.Panel]:
@@ -93,7 +94,7 @@ def agent_tasks(config: Config, q: Queries) -> list[core.Panel]:
         (timeseries("Task duration p99 by task (top 10)",
                     "The slowest tasks: compare a task with itself an hour ago, or with the "
                     "others.",
-                    [target(top(f"(\n{indent(quantile(0.99, names.TASK_DURATION, TASK))}\n)"),
+                    [target(top_block(quantile(0.99, names.TASK_DURATION, TASK)),
                             TASK_LEGEND)], "s", q.runbook(OVERRUNS)), 8),
         (timeseries("Steps per task",
                     "LLM calls per task: the mean and the p99. Production tasks grow steps "
@@ -122,7 +123,7 @@ def agent_tasks(config: Config, q: Queries) -> list[core.Panel]:
         (timeseries("Waterfall candidates per task (top 10)",
                     "Tool calls per task that started after another tool ended with no LLM "
                     "call in between: nothing the client saw made them wait.",
-                    [target(top(f"(\n{indent(waterfalls)}\n)"), TASK_LEGEND)], "short",
+                    [target(top_block(waterfalls), TASK_LEGEND)], "short",
                     q.runbook(OVERRUNS)), 12),
         (timeseries("Orphan tokens and late calls per task",
                     "Per task with a deadline: output tokens generated after it and LLM calls "
@@ -132,29 +133,25 @@ def agent_tasks(config: Config, q: Queries) -> list[core.Panel]:
                      target(per_task(names.TASK_LATE_CALLS.name, (), with_deadline),
                             "late calls")], "short", q.runbook(OVERRUNS)), 12),
         (Row(title="Deadlines"), 24),
-        (timeseries("Tasks over their deadline (top 10)",
-                    f"Share of the tasks with a deadline that ended past it (alert above "
-                    f"{round(al.task_deadline_overrun_share * 100, 2):g} %).",
-                    [target(top(f"(\n{indent(overrun_share)}\n)"), TASK_LEGEND)], "percentunit",
-                    q.runbook(OVERRUNS),
-                    thresholds=[step("green"), step("red", al.task_deadline_overrun_share)]), 24),
+        (share_panel("Tasks over their deadline (top 10)",
+                     f"Share of the tasks with a deadline that ended past it (alert above "
+                     f"{round(al.task_deadline_overrun_share * 100, 2):g} %).",
+                     overrun_share, TASK_LEGEND, q.runbook(OVERRUNS),
+                     al.task_deadline_overrun_share), 24),
         (Row(title="max_tokens headroom (LLM calls, by model and route)"), 24),
         (timeseries("max_tokens requested vs output tokens (top 5)",
                     "Calls that set max_tokens: the mean requested, and the mean output "
                     "(requested less the headroom the call left). Decode is sequential: unused "
                     "headroom is latency and money at risk.",
-                    [target(top(f"(\n{indent(mean_requested)}\n)", 5),
-                            "max_tokens " + MR_LEGEND),
-                     target(top(f"(\n{indent(mean_requested)}\n)\n- on ({', '.join(MODEL_ROUTE)})"
-                                f" (\n{indent(mean_headroom)}\n)", 5), "output " + MR_LEGEND)],
+                    [target(top_block(mean_requested, 5), "max_tokens " + MR_LEGEND),
+                     target(top(f"{block(mean_requested)}\n- on ({', '.join(MODEL_ROUTE)}) "
+                                f"{block(mean_headroom)}", 5), "output " + MR_LEGEND)],
                     "short", q.runbook(TRUNCATION)), 12),
-        (timeseries("Truncation rate (top 10)",
-                    f"Share of the calls the provider stopped at max_tokens (finish_reason "
-                    f"length, max_tokens or max_output_tokens; alert above "
-                    f"{round(al.truncation_share * 100, 2):g} %).",
-                    [target(top(f"(\n{indent(truncated)}\n)"), MR_LEGEND)], "percentunit",
-                    q.runbook(TRUNCATION),
-                    thresholds=[step("green"), step("red", al.truncation_share)]), 12),
+        (share_panel("Truncation rate (top 10)",
+                     f"Share of the calls the provider stopped at max_tokens (finish_reason "
+                     f"length, max_tokens or max_output_tokens; alert above "
+                     f"{round(al.truncation_share * 100, 2):g} %).",
+                     truncated, MR_LEGEND, q.runbook(TRUNCATION), al.truncation_share), 12),
     ])
 
 

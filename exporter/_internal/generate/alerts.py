@@ -22,8 +22,8 @@ from .. import names
 from ..config.settings import AlertingConfig, Config
 from ..promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
                       PERIOD_BUDGET_REMAINING, PERIOD_BURN_RATE, REGRESSION_WINDOW, SLIS,
-                      SLI_WINDOWS, BurnRate, Names, Scope, by, duration, eq, histogram_rate, indent,
-                      is_native, kept, num, outcome_ratio, percent, quantile, runbook_url,
+                      SLI_WINDOWS, BurnRate, Names, Scope, block, by, duration, eq,
+                      histogram_mode, kept, num, outcome_ratio, percent, runbook_url,
                       scope_matchers, scopes, selector, sli_error_ratio, sli_record)
 from .cause_rules import cause_alerts, decision_records, signal_records
 
@@ -137,32 +137,24 @@ def _latency_records(config: Config, w: _Windows) -> list[dict[str, Any]]:
     connect = [eq(names.PHASE, CONNECT_PHASE), *scope]
     phase_by = (*keep, names.PHASE)
     tenant_by = (*keep, names.TENANT)
-    native = is_native(config)
-
-    def tenant_p99(offset: str) -> str:
-        # Only tenants with calls in the window: an idle tenant's quantile is NaN, and counting
-        # it would dilute the share of degraded tenants.
-        calls = (f"sum by ({by(tenant_by)}) "
-                 f"({histogram_rate(names.TTFT, 'count', scope, ten, offset, native)}) > 0")
-        q99 = quantile(0.99, names.TTFT, tenant_by, ten, scope, offset=offset, native=native)
-        return f"{q99}\nand\n{calls}"
+    mode = histogram_mode(config)
 
     def p99(family: names.Family, labels: Sequence[str], matchers: Sequence[str],
-            offset: str = "") -> str:
-        # Only where the window holds calls: a quantile over none is NaN.
-        calls = (f"sum by ({by(labels)}) "
-                 f"({histogram_rate(family, 'count', matchers, reg, offset, native)}) > 0")
-        return (f"{quantile(0.99, family, labels, reg, matchers, offset, native)}\n"
-                f"and\n{calls}")
+            window: str = reg, offset: str = "") -> str:
+        # Only where the window holds calls: a quantile over none is NaN (and an idle tenant
+        # would dilute the share of degraded tenants).
+        count = mode.rate(family, "count", matchers, window, offset)
+        calls = f"sum by ({by(labels)}) ({count}) > 0"
+        return f"{mode.quantile(0.99, family, labels, window, matchers, offset)}\nand\n{calls}"
 
     return [
         {"record": n.ttft_p99, "expr": p99(names.TTFT, keep, scope)},
-        {"record": n.ttft_p99_baseline, "expr": p99(names.TTFT, keep, scope, reg_off)},
+        {"record": n.ttft_p99_baseline, "expr": p99(names.TTFT, keep, scope, offset=reg_off)},
         {"record": n.connect_p99, "expr": p99(names.PHASE_FAMILY, phase_by, connect)},
         {"record": n.connect_p99_baseline,
-         "expr": p99(names.PHASE_FAMILY, phase_by, connect, reg_off)},
-        {"record": n.tenant_p99, "expr": tenant_p99("")},
-        {"record": n.tenant_p99_baseline, "expr": tenant_p99(ten_off)},
+         "expr": p99(names.PHASE_FAMILY, phase_by, connect, offset=reg_off)},
+        {"record": n.tenant_p99, "expr": p99(names.TTFT, tenant_by, scope, ten)},
+        {"record": n.tenant_p99_baseline, "expr": p99(names.TTFT, tenant_by, scope, ten, ten_off)},
         {"record": n.tenant_p99_rise, "expr": f"{n.tenant_p99}\n/ {n.tenant_p99_baseline}"},
         # sum / count rather than avg: exact, where avg's running mean depends on series order.
         {"record": n.tenants_degraded_ratio,
@@ -295,7 +287,7 @@ def _timeout_alert(scope: Scope, w: _Windows, config: Config) -> dict[str, Any]:
 
     def over(window: int) -> str:
         ratio = outcome_ratio(names.TIMEOUT, scope, w(window), scope_matchers(al), kept(al))
-        return f"(\n{indent(ratio)}\n) > {limit}"
+        return f"{block(ratio)} > {limit}"
 
     return _alert(
         "LLMTimeoutRateHigh", TICKET,

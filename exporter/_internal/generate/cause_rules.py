@@ -19,7 +19,7 @@ from ..config.settings import AlertingConfig, Config
 from ..diagnose.causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, NOISY_NEIGHBOUR, PREFILL,
                                PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, SPREAD_IN_SD,
                                UNKNOWN, Signal, Thresholds, new_upstream_share)
-from ..promql import by, duration, eq, is_native, kept, num, scope_matchers, selector
+from ..promql import by, duration, eq, histogram_mode, kept, num, scope_matchers, selector
 
 #: The recorded decision: one series per degraded (model, route), label `cause`.
 LIKELY_CAUSE = "model_route:llm_client_time_to_first_token_seconds:likely_cause"
@@ -80,12 +80,13 @@ def signal_records(config: Config) -> list[dict[str, Any]]:
     window = duration(al.tenant_window_seconds * scale)
     offset = duration(al.tenant_baseline_offset_seconds * scale)
     matchers, keep, n = scope_matchers(al), kept(al), SignalNames(al)
+    mode = histogram_mode(config)
     out = []
     for key, signal in SIGNALS_BY_KEY.items():
         windows = ((n.now(key), ""), (n.base(key), offset))
         for name, shift in windows if _has_baseline(signal) else windows[:1]:
-            out.append({"record": name, "expr": signal.expr(window, matchers, keep, shift,
-                                                            is_native(config))})
+            out.append({"record": name,
+                        "expr": signal.expr(window, matchers, keep, shift, mode=mode)})
     model_keep = [label for label in keep if label != names.ROUTE]
     out.append({"record": n.upstream,
                 "expr": new_upstream_share(window, window, offset, matchers, model_keep)})

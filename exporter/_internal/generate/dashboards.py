@@ -19,11 +19,11 @@ from grafanalib import core
 
 from .. import names, promql
 from ..config.settings import Config
-from ..promql import MODEL_ROUTE, by, eq, indent, num, regex, selector
+from ..promql import MODEL_ROUTE, block, by, eq, num, regex, selector
 from .cause_panels import why_row
-from .grafana import SCHEMA_VERSION, Dashboard, Row, Variable, step
-from .panels import (RATE, TOP, Queries, bargauge, heatmap, layout, rate, stat, sum_by, target,
-                     timeseries, top)
+from .grafana import SCHEMA_VERSION, Dashboard, Row, Variable, red_from, step
+from .panels import (RATE, TOP, Queries, bargauge, heatmap, layout, rate, share_panel, stat,
+                     sum_by, target, timeseries, top, top_block)
 
 TAGS = ["ttft-exporter", "llm"]
 MR_LEGEND = "{{model}} {{route}}"
@@ -123,26 +123,26 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
                     "Time from the SDK call to the first output token of any kind, over every "
                     "selected model, route and tenant.",
                     q.quantiles(names.TTFT, (0.5, 0.9, 0.99)), "s", q.runbook(TTFT_FAST),
-                    thresholds=[step("green"), step("red", ttft_t)]), 12),
+                    thresholds=red_from(ttft_t)), 12),
         (timeseries("First answer token p50 / p90 / p99",
                     "Time to the first token that is not reasoning: what users of reasoning "
                     "models wait for.",
                     q.quantiles(names.FIRST_ANSWER, (0.5, 0.9, 0.99)), "s",
-                    q.runbook(FIRST_FAST), thresholds=[step("green"), step("red", fat_t)]), 12),
+                    q.runbook(FIRST_FAST), thresholds=red_from(fat_t)), 12),
         (Row(title="Which model and route"), 24),
         (timeseries("TTFT p99 by model and route (top 10)",
                     "The slowest models and routes by TTFT p99: one line rising alone points at "
                     "that route's prompts, its region or that model's fleet.",
                     [target(q.top_quantile(0.99, names.TTFT), MR_LEGEND)], "s",
-                    q.runbook(REGRESSION), thresholds=[step("green"), step("red", ttft_t)]), 12),
+                    q.runbook(REGRESSION), thresholds=red_from(ttft_t)), 12),
         (timeseries("First answer token p99 by model and route (top 10)",
                     "The slowest models and routes to the first non-reasoning token.",
                     [target(q.top_quantile(0.99, names.FIRST_ANSWER), MR_LEGEND)], "s",
-                    q.runbook(FIRST_FAST), thresholds=[step("green"), step("red", fat_t)]), 12),
+                    q.runbook(FIRST_FAST), thresholds=red_from(fat_t)), 12),
         (heatmap("TTFT distribution",
                  f"Calls per TTFT bucket and interval, from the exporter's "
-                 f"{'native' if q.native else 'classic'} buckets.",
-                 names.TTFT, q.vars(names.TTFT), q.runbook(TTFT_FAST), q.native), 24),
+                 f"{q.mode.name} buckets.",
+                 names.TTFT, q.vars(names.TTFT), q.runbook(TTFT_FAST), q.mode), 24),
         (Row(title="Traffic and errors"), 24),
         (timeseries("Calls by outcome", "Calls per second of the selection by how they ended.",
                     [target(outcomes, "{{outcome}}")], "reqps", q.runbook(ERRORS),
@@ -150,7 +150,7 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
         (timeseries("Errors and timeouts by model, route and provider (top 10)",
                     "Calls per second that ended with an error or a timeout; 0 where a model "
                     "and route had calls and none failed.",
-                    [target(top(f"(\n{indent(q.or_zero(errors))}\n)"),
+                    [target(top_block(q.or_zero(errors)),
                             "{{outcome}} {{model}} {{route}} {{provider}}")], "reqps",
                     q.runbook(ERRORS)), 8),
         (timeseries("Calls in flight by model and route (top 10)",
@@ -213,8 +213,8 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
                     "Mean prefill phase divided by the mean uncached input tokens per call, "
                     "× 1000. Flat while prefill grows: longer or less cached prompts. Rising: "
                     "the provider is slower per token." + ALL_TENANTS,
-                    [target(top(f"(\n{indent(mean_prefill)}\n)\n/ ((\n{indent(uncached_mean)}"
-                                 f"\n) > 0)\n* 1000"), MR_LEGEND)], "s", q.runbook(SURGE)), 8),
+                    [target(top(f"{block(mean_prefill)}\n/ ({block(uncached_mean)} > 0)\n* 1000"),
+                            MR_LEGEND)], "s", q.runbook(SURGE)), 8),
         (timeseries("Cached share of input tokens (lowest 10)",
                     "Input tokens served from the provider's prompt cache. A drop with rising "
                     "prefill: cold cache (tenant idle, cache evicted)." + tokens_note,
@@ -249,7 +249,7 @@ def tenants(config: Config, q: Queries) -> list[core.Panel]:
     all_calls = sum_by(MODEL_ROUTE, rate(names.REQUESTS_TOTAL, q.mr()))
     degraded = (f"TTFT p99 at least {num(al.tenant_degraded_factor)}× the same tenant's p99 "
                 f"{promql.duration(al.tenant_baseline_offset_seconds)} earlier")
-    slow = [step("green"), step("red", config.slos[0].ttft.threshold_seconds)]
+    slow = red_from(config.slos[0].ttft.threshold_seconds)
     tenant_p99 = selector(n.tenant_p99, [*q.recorded(), regex(names.TENANT, "$tenant")])
     folds = sum_by(MODEL_ROUTE, rate(names.SELF_TENANT_FOLDS, q.mr()))
     slower = q.or_zero(selector(n.tenants_degraded_ratio, q.recorded()))
@@ -265,15 +265,13 @@ def tenants(config: Config, q: Queries) -> list[core.Panel]:
                   top(f"max by ({by(tenant_by)}) "
                        f"({selector(names.STALL.window_name, [p99, *q.vars(names.STALL)])})"),
                   "{{tenant}} {{model}} {{route}}", q.runbook(NOISY),
-                  [step("green"), step("red", config.slos[0].stall.threshold_seconds)]), 8),
-        (timeseries("Share of tenants slower than before",
-                    f"Share of a model and route's tenants with {degraded}; 0 where none is. "
-                    f"One tenant: its own prompts or prompt cache. Most tenants at once: the "
-                    f"provider or a noisy neighbour in its batch (alert at "
-                    f"{promql.percent(al.many_tenants_share)}).",
-                    [target(top(f"(\n{indent(slower)}\n)"), MR_LEGEND)], "percentunit",
-                    q.runbook(MANY),
-                    thresholds=[step("green"), step("red", al.many_tenants_share)]), 8),
+                  red_from(config.slos[0].stall.threshold_seconds)), 8),
+        (share_panel("Share of tenants slower than before",
+                     f"Share of a model and route's tenants with {degraded}; 0 where none is. "
+                     f"One tenant: its own prompts or prompt cache. Most tenants at once: the "
+                     f"provider or a noisy neighbour in its batch (alert at "
+                     f"{promql.percent(al.many_tenants_share)}).",
+                     slower, MR_LEGEND, q.runbook(MANY), al.many_tenants_share), 8),
         (Row(title="Over time"), 24),
         (timeseries("TTFT p99 by tenant (top 10)",
                     "Each tenant's TTFT p99 over 5 minutes, from the rules' recording (tenants "
@@ -291,7 +289,7 @@ def tenants(config: Config, q: Queries) -> list[core.Panel]:
                     f"Calls recorded under {names.OTHER_TENANT} because the model and route "
                     f"already hold labels.max_tenants ({config.labels.max_tenants}) tenants; 0 "
                     f"where none folded.",
-                    [target(top(f"(\n{indent(q.or_zero(folds))}\n)"), MR_LEGEND)], "reqps",
+                    [target(top_block(q.or_zero(folds)), MR_LEGEND)], "reqps",
                     q.runbook(FOLDING)), 12),
         (timeseries(f"Share of calls under {names.OTHER_TENANT} (top 10)",
                     "The part of the traffic the per-tenant panels cannot attribute.",
@@ -318,7 +316,7 @@ def stream_health(config: Config, q: Queries) -> list[core.Panel]:
                     q.quantiles(names.ITL, (0.5, 0.99)), "s", q.runbook(NOISY)), 8),
         (heatmap("Longest stall per call",
                  "Distribution of each call's largest gap between tokens.",
-                 names.STALL, q.vars(names.STALL), q.runbook(STALLS), q.native), 8),
+                 names.STALL, q.vars(names.STALL), q.runbook(STALLS), q.mode), 8),
         (timeseries("Time per output token p50 / p99",
                     "(last token - first token) / (output tokens - 1), per call." + ALL_TENANTS,
                     q.quantiles(names.TPOT, (0.5, 0.99)), "s", q.runbook(STALLS)), 8),
@@ -332,8 +330,7 @@ def stream_health(config: Config, q: Queries) -> list[core.Panel]:
                     "The longest gap of a call, p99: freezes of the provider's batch.",
                     [target(q.top_quantile(0.99, names.STALL), MR_LEGEND)], "s",
                     q.runbook(STALLS),
-                    thresholds=[step("green"),
-                                step("red", config.slos[0].stall.threshold_seconds)]), 12),
+                    thresholds=red_from(config.slos[0].stall.threshold_seconds)), 12),
         (Row(title="Calls that did not finish"), 24),
         (timeseries("Abandoned, cancelled and timed-out calls",
                     "Share of the selection's calls: abandoned (the consumer stopped reading), "
@@ -352,7 +349,7 @@ def stream_health(config: Config, q: Queries) -> list[core.Panel]:
                     "Time the previous scrape took to render (budget 50 ms at 1,000 series).",
                     [target(f"max by (instance) ({selector(names.SELF_SCRAPE_DURATION, job)})",
                             "{{instance}}")], "s", q.runbook(DOWN),
-                    thresholds=[step("green"), step("red", 0.05)]), 16),
+                    thresholds=red_from(0.05)), 16),
         (timeseries("Drops per second by reason",
                     "Values or series the exporter did not record (series limit, bad values, "
                     "bad labels, internal errors); 0 while it drops none.",

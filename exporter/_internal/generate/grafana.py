@@ -10,7 +10,8 @@ does; what the dashboards show is in dashboards.py.
 
 from __future__ import annotations
 
-from typing import Any
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
 
 import attr
 from grafanalib import core
@@ -31,6 +32,11 @@ def step(color: str, value: float | None = None) -> dict[str, Any]:
 
 
 BASE = [step("green")]
+
+
+def red_from(value: float) -> list[dict[str, Any]]:
+    """Green below `value`, red from it on (an objective's threshold, an alert's limit)."""
+    return [step("green"), step("red", value)]
 
 
 @attr.s
@@ -85,49 +91,67 @@ class Row(core.RowPanel):
 
 
 @attr.s
-class BucketHeatmap(_Current, core.Panel):
-    """The Grafana >= 9 heatmap over classic buckets: Prometheus already counted them."""
+class _CurrentType(_Current, core.Panel, ABC):
+    """A panel type grafanalib emits in an old model or not at all: its `type`, field defaults
+    and options in the current one."""
 
+    panel_type: ClassVar[str]
     unit = attr.ib(default="s")
+
+    @abstractmethod
+    def field_defaults(self) -> dict[str, Any]:
+        """`fieldConfig.defaults`."""
+
+    @abstractmethod
+    def options(self) -> dict[str, Any]:
+        """The panel type's `options`."""
 
     def to_json_data(self) -> dict[str, Any]:
         return self.panel_json({
-            "type": "heatmap",
-            "fieldConfig": {"defaults": {"custom": {
-                "hideFrom": {"legend": False, "tooltip": False, "viz": False},
-                "scaleDistribution": {"type": "linear"}}}, "overrides": []},
-            "options": {
-                "calculate": False,
-                "cellGap": 1,
-                "color": {"exponent": 0.5, "fill": "dark-orange", "mode": "scheme",
-                          "reverse": False, "scale": "exponential", "scheme": "Oranges",
-                          "steps": 64},
-                "exemplars": {"color": "rgba(255,0,255,0.7)"},
-                "filterValues": {"le": 1e-9},
-                "legend": {"show": True},
-                "rowsFrame": {"layout": "auto"},
-                "tooltip": {"mode": "single", "showColorScale": False, "yHistogram": True},
-                "yAxis": {"axisPlacement": "left", "reverse": False, "unit": self.unit},
-            },
+            "type": self.panel_type,
+            "fieldConfig": {"defaults": self.field_defaults(), "overrides": []},
+            "options": self.options(),
         })
 
 
 @attr.s
-class BarGauge(_Current, core.Panel):
+class BucketHeatmap(_CurrentType):
+    """The Grafana >= 9 heatmap over classic buckets: Prometheus already counted them."""
+
+    panel_type = "heatmap"
+
+    def field_defaults(self) -> dict[str, Any]:
+        return {"custom": {"hideFrom": {"legend": False, "tooltip": False, "viz": False},
+                           "scaleDistribution": {"type": "linear"}}}
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "calculate": False,
+            "cellGap": 1,
+            "color": {"exponent": 0.5, "fill": "dark-orange", "mode": "scheme", "reverse": False,
+                      "scale": "exponential", "scheme": "Oranges", "steps": 64},
+            "exemplars": {"color": "rgba(255,0,255,0.7)"},
+            "filterValues": {"le": 1e-9},
+            "legend": {"show": True},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"mode": "single", "showColorScale": False, "yHistogram": True},
+            "yAxis": {"axisPlacement": "left", "reverse": False, "unit": self.unit},
+        }
+
+
+@attr.s
+class BarGauge(_CurrentType):
     """The current `bargauge` model (grafanalib's BarGauge still emits `fieldOptions`)."""
 
-    unit = attr.ib(default="s")
+    panel_type = "bargauge"
 
-    def to_json_data(self) -> dict[str, Any]:
-        return self.panel_json({
-            "type": "bargauge",
-            "fieldConfig": {"defaults": {"color": {"mode": "thresholds"}, "min": 0,
-                                         "unit": self.unit}, "overrides": []},
-            "options": {"displayMode": "gradient", "orientation": "horizontal",
-                        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                          "values": False},
-                        "showUnfilled": True, "valueMode": "color"},
-        })
+    def field_defaults(self) -> dict[str, Any]:
+        return {"color": {"mode": "thresholds"}, "min": 0, "unit": self.unit}
+
+    def options(self) -> dict[str, Any]:
+        return {"displayMode": "gradient", "orientation": "horizontal",
+                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                "showUnfilled": True, "valueMode": "color"}
 
 
 @attr.s

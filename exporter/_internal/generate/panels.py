@@ -1,7 +1,8 @@
 """Panel builders for the generated dashboards, and the PromQL habits every panel shares.
 
-Builders: one query, a time series, a stat, a heatmap, a bar gauge, each with a link to the
-runbook section that explains what it shows. `Queries`: the template-variable matchers, a
+Builders: one query, a time series, a share against its alert's limit, a stat, a heatmap (in
+the histogram mode's buckets), a bar gauge, each with a link to the runbook section that
+explains what it shows. `Queries`: the template-variable matchers, a
 quantile only where calls were made (never NaN), 0 rather than nothing for counters, the top
 (or bottom) 10 of a breakdown, the SLO attainment, budget and burn rate. What the dashboards
 show is in dashboards.py; the grafanalib classes that render the panels are in grafana.py.
@@ -17,8 +18,8 @@ from grafanalib import core
 
 from .. import names, promql
 from ..config.settings import Config
-from ..promql import MODEL_ROUTE, by, eq, indent, num, quantile, regex, selector
-from .grafana import BASE, BarGauge, BucketHeatmap, PromTarget, Row, Stat, TimeSeries
+from ..promql import MODEL_ROUTE, HistogramMode, block, by, eq, num, regex, selector
+from .grafana import BASE, BarGauge, BucketHeatmap, PromTarget, Row, Stat, TimeSeries, red_from
 
 RATE = "$__rate_interval"
 RANGE = "$__range"
@@ -71,15 +72,18 @@ def stat(title: str, description: str, expr: str, legend: str, unit: str, runboo
 
 
 def heatmap(title: str, description: str, family: names.Family, matchers: Sequence[str],
-            runbook: str, native: bool = False) -> BucketHeatmap:
-    if native:  # Grafana draws the buckets of native histograms itself
-        expr, legend = f"sum(increase({selector(family.name, matchers)}[{RATE}]))", ""
-    else:
-        expr = f"sum by (le) (increase({selector(family.name + '_bucket', matchers)}[{RATE}]))"
-        legend = "{{le}}"
+            runbook: str, mode: HistogramMode) -> BucketHeatmap:
+    bucketed = target(mode.bucket_increase(family, matchers, RATE), mode.bucket_legend,
+                      fmt="heatmap")
     return BucketHeatmap(title=title, description=description, thresholds=BASE,
-                         links=runbook_link(runbook),
-                         targets=_with_ref_ids([target(expr, legend, fmt="heatmap")]))
+                         links=runbook_link(runbook), targets=_with_ref_ids([bucketed]))
+
+
+def share_panel(title: str, description: str, share: str, legend: str, runbook: str,
+                limit: float) -> TimeSeries:
+    """The top 10 of a share, with its alert's limit drawn as a red line."""
+    return timeseries(title, description, [target(top_block(share), legend)], "percentunit",
+                      runbook, thresholds=red_from(limit))
 
 
 def bargauge(title: str, description: str, expr: str, legend: str, runbook: str,
@@ -120,6 +124,11 @@ def top(expr: str, k: int = TOP, bottom: bool = False) -> str:
     return f"{'bottomk' if bottom else 'topk'}({k}, {expr})"
 
 
+def top_block(expr: str, k: int = TOP) -> str:
+    """`top` of an expression of several lines, set as a block of its own."""
+    return top(block(expr), k)
+
+
 class Queries:
     """PromQL of one dashboard's panels: template-variable matchers, SLO scopes, runbook links.
 
@@ -130,7 +139,7 @@ class Queries:
         self.config = config
         self.al = config.alerting
         self.scopes = promql.scopes(config)
-        self.native = promql.is_native(config)
+        self.mode = promql.histogram_mode(config)
         self.uses_tenant = False
 
     def mr(self) -> list[str]:
@@ -156,7 +165,7 @@ class Queries:
 
     def hrate(self, family: names.Family, part: str, matchers: Sequence[str]) -> str:
         """Per-second rate of a histogram's `count` or `sum` (classic or native)."""
-        return promql.histogram_rate(family, part, matchers, RATE, native=self.native)
+        return self.mode.rate(family, part, matchers, RATE)
 
     def calls(self, labels: Sequence[str], family: names.Family | None = None) -> str:
         """Calls per second by `labels` (a family's count, or the requests counter)."""
@@ -175,8 +184,8 @@ class Queries:
     def quantile(self, q: float, family: names.Family, labels: Sequence[str],
                  matchers: Sequence[str] | None = None) -> str:
         m = self.vars(family) if matchers is None else matchers
-        return self.where_calls(quantile(q, family, labels, RATE, m, native=self.native),
-                                labels, family, m)
+        return self.where_calls(self.mode.quantile(q, family, labels, RATE, m), labels, family,
+                                m)
 
     def quantiles(self, family: names.Family, qs: Sequence[float], legend: str = "",
                   matchers: Sequence[str] | None = None) -> list:
@@ -186,17 +195,17 @@ class Queries:
 
     def top_quantile(self, q: float, family: names.Family, labels: Sequence[str] = MODEL_ROUTE,
                      matchers: Sequence[str] | None = None) -> str:
-        return top(f"(\n{indent(self.quantile(q, family, labels, matchers))}\n)")
+        return top_block(self.quantile(q, family, labels, matchers))
 
     def or_zero(self, expr: str, labels: Sequence[str] = MODEL_ROUTE) -> str:
         """`expr`, and 0 for every (model, route) with calls but no such event."""
         zero = f"0 * {self.calls(labels)}"
-        return f"(\n{indent(expr)}\n)\nor on ({by(labels)})\n{zero}"
+        return f"{block(expr)}\nor on ({by(labels)})\n{zero}"
 
     def attainment(self, sli: str, family: names.Family) -> str:
         """Share of calls that met objective `sli` over the selected range (worst 10)."""
         ratios = (promql.sli_good_ratio(sli, s, RANGE, self.vars(family)) for s in self.scopes)
-        return top("\n  or\n".join(f"(\n{indent(ratio)}\n)" for ratio in ratios), bottom=True)
+        return top("\n  or\n".join(block(ratio) for ratio in ratios), bottom=True)
 
     def budget_left(self, sli: str) -> str:
         """The error budget left over the SLO period (0: exhausted), worst 10."""
@@ -208,4 +217,4 @@ class Queries:
         per_scope = "\nor\n".join(
             f"{selector(record, [eq('sli', sli), eq('slo', s.id), *self.recorded()])} "
             f"/ {num(1 - getattr(s.slo, sli).target)}" for s in self.scopes)
-        return top(f"(\n{indent(per_scope)}\n)", k)
+        return top_block(per_scope, k)
