@@ -150,48 +150,43 @@ def decode_counts(layout: Layout, data: bytes) -> tuple[list[int], list[int]]:
     """(indices, counts) of the non-empty buckets of a V2 counts payload of `layout`;
     MalformedHdr when malformed.
 
-    Runs of single-byte tokens (counts and zero runs under 64: nearly all of them) are decoded
-    with C-level byte translation, accumulate and compress; longer varints one by one.
+    Long runs of single-byte tokens (counts and zero runs under 64: nearly all of them) are
+    decoded with C-level byte translation, accumulate and compress; other tokens one by one.
     """
     index = 0
     indices: list[int] = []
     counts: list[int] = []
     pos, n = 0, len(data)
+    run_end = 0  # where the current run of single-byte tokens ends
     while pos < n:
-        found = _MULTI_BYTE.search(data, pos)
-        end = found.start() if found is not None else n
-        if end - pos >= 12:  # a long run: C-level
-            run = data[pos:end]
-            starts = list(accumulate(run.translate(_STEP), initial=index))
-            is_count = run.translate(_IS_COUNT)
-            indices += compress(starts, is_count)
-            counts += compress(run.translate(_HALF), is_count)
-            index = starts[-1]
-            pos = end
-        else:  # a short one: byte by byte
-            for v in data[pos:end]:
-                if v & 1:
-                    index += (v + 1) >> 1
-                else:
-                    if v:
-                        indices.append(index)
-                        counts.append(v >> 1)
-                    index += 1
-            pos = end
-        if found is None:
-            break
-        v = shift = 0
-        while True:  # one varint of 2..9 bytes (the 9th byte carries 8 bits)
-            if pos >= n:
-                raise MalformedHdr("HDR varint cut short")
-            b = data[pos]
-            pos += 1
-            if b >= 0x80 and shift < 56:
-                v |= (b & 0x7F) << shift
-                shift += 7
+        if pos >= run_end:
+            found = _MULTI_BYTE.search(data, pos)
+            run_end = found.start() if found is not None else n
+            if run_end - pos >= 12:  # a long run: C-level
+                run = data[pos:run_end]
+                starts = list(accumulate(run.translate(_STEP), initial=index))
+                is_count = run.translate(_IS_COUNT)
+                indices += compress(starts, is_count)
+                counts += compress(run.translate(_HALF), is_count)
+                index = starts[-1]
+                pos = run_end
                 continue
-            v |= b << shift
-            break
+        v = data[pos]
+        pos += 1
+        if v >= 0x80:  # the first byte of a varint of 2..9 bytes (the 9th carries 8 bits)
+            v &= 0x7F
+            shift = 7
+            while True:
+                if pos >= n:
+                    raise MalformedHdr("HDR varint cut short")
+                b = data[pos]
+                pos += 1
+                if b >= 0x80 and shift < 56:
+                    v |= (b & 0x7F) << shift
+                    shift += 7
+                    continue
+                v |= b << shift
+                break
         if v & 1:  # ZigZag: a negative value is a run of zero counts
             index += (v + 1) >> 1
         else:

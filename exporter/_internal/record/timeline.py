@@ -99,6 +99,11 @@ def _span(a: int | None, b: int | None) -> int | None:
     return (b - a) // NS_PER_US
 
 
+#: The phases between two consecutive stamps of the call, in order (start, dispatched, connected,
+#: sent, headers, first token); `phases` reads them in one loop.
+_STAMPED_PHASES = names.PHASES[:5]
+
+
 def gaps_us(token_times: list[int]) -> list[int]:
     """Inter-token gaps in microseconds: each gap between consecutive token events."""
     return [(b - a) // NS_PER_US for a, b in zip(token_times, token_times[1:])]
@@ -110,24 +115,13 @@ def phases(t: CallTimeline) -> dict[str, int]:
     `reasoning` is recorded only for calls that emitted reasoning tokens, and `decode` only once
     an answer token arrived: a call without reasoning has no reasoning phase, not a zero one.
     """
-    # Each phase is `_span(a, b)`, written out: this runs once per call on the caller's thread.
     out: dict[str, int] = {}
     a = t.start
-    b = t.dispatched
-    if a is not None and b is not None and b >= a:
-        out["queue"] = (b - a) // NS_PER_US
-    a, b = b, t.connected
-    if a is not None and b is not None and b >= a:
-        out["connect"] = (b - a) // NS_PER_US
-    a, b = b, t.sent
-    if a is not None and b is not None and b >= a:
-        out["send"] = (b - a) // NS_PER_US
-    a, b = b, t.headers
-    if a is not None and b is not None and b >= a:
-        out["server"] = (b - a) // NS_PER_US
-    a, b = b, t.first_token
-    if a is not None and b is not None and b >= a:
-        out["prefill"] = (b - a) // NS_PER_US
+    for name, b in zip(_STAMPED_PHASES, (t.dispatched, t.connected, t.sent, t.headers,
+                                         t.first_token)):
+        if a is not None and b is not None and b >= a:
+            out[name] = (b - a) // NS_PER_US
+        a = b
     answer = t.first_answer_token
     if answer is not None:
         if t.reasoning_events:
