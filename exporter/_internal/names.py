@@ -247,7 +247,10 @@ DROP_SERIES_LIMIT = "series_limit"
 DROP_BAD_VALUE = "bad_value"
 DROP_BAD_LABEL = "bad_label"
 DROP_INTERNAL = "internal_error"
-DROP_REASONS: tuple[str, ...] = (DROP_SERIES_LIMIT, DROP_BAD_VALUE, DROP_BAD_LABEL, DROP_INTERNAL)
+#: A task past shim/task.MAX_RECORDS steps and blocks (one left unfinished collects forever).
+DROP_TASK_OVERFLOW = "task_overflow"
+DROP_REASONS: tuple[str, ...] = (DROP_SERIES_LIMIT, DROP_BAD_VALUE, DROP_BAD_LABEL, DROP_INTERNAL,
+                                 DROP_TASK_OVERFLOW)
 
 #: Labels whose values are a closed set: a push carrying another value is malformed.
 CLOSED_LABELS: dict[str, tuple[str, ...]] = {

@@ -1,7 +1,7 @@
 """One YAML file drives the exporter, the label policy, the SLOs and every generated artefact.
 
 The config's types: frozen dataclasses, every field with a default, so `Config()` is the
-embedded default the demo and the generators use. Loading and validation (config_loader.py)
+embedded default the demo and the generators use. Loading and validation (loader.py)
 report every mistake at once with the file, line, key path and reason (`ConfigError`), never as
 a traceback at record time.
 """
