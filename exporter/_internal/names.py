@@ -386,8 +386,9 @@ REJECT_UNAUTHORIZED = "unauthorized"
 REJECT_TOO_LARGE = "too_large"
 REJECT_MALFORMED = "malformed"
 REJECT_INCOMPATIBLE = "incompatible"
+REJECT_EVICTED = "evicted"  # a retry from a worker whose applied seqs were evicted
 REJECT_REASONS: tuple[str, ...] = (REJECT_UNAUTHORIZED, REJECT_TOO_LARGE, REJECT_MALFORMED,
-                                   REJECT_INCOMPATIBLE)
+                                   REJECT_INCOMPATIBLE, REJECT_EVICTED)
 PUSH_APPLIED = "applied"
 PUSH_DUPLICATE = "duplicate"
 PUSH_RESULTS: tuple[str, ...] = (PUSH_APPLIED, PUSH_DUPLICATE)
