@@ -45,9 +45,11 @@ def _serve(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ._internal.demo.run import run_demo
 
+    from ._internal.demo.loadgen import LoadShape
+
     return run_demo(port=args.port, seconds=args.seconds, config=args.config,
-                    incidents=not args.no_incidents, calm_seconds=args.calm_seconds,
-                    phase_seconds=args.phase_seconds)
+                    shape=LoadShape(rate=args.rate), incidents=not args.no_incidents,
+                    calm_seconds=args.calm_seconds, phase_seconds=args.phase_seconds)
 
 
 def _diagnose(args: argparse.Namespace) -> int:
@@ -105,6 +107,17 @@ def _port(text: str) -> int:
     return port
 
 
+def _rate(text: str) -> float:
+    """Calls per second for argparse: a positive number."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not rate > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return rate
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """A parser whose errors are one line on stderr and exit 2, like every other user
     mistake (argparse's own prints the whole usage first)."""
@@ -126,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
     p.add_argument("--port", type=_port, default=9469, help="exporter port (default 9469)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
+    p.add_argument("--rate", type=_rate, default=10.0,
+                   help="calls per second, all models together (default 10)")
     p.add_argument("--no-incidents", action="store_true",
                    help="stay calm: do not play the incident day")
     p.add_argument("--calm-seconds", type=float, default=120.0,

@@ -30,3 +30,40 @@ def spans(monkeypatch) -> InMemorySpanExporter:
     monkeypatch.setattr(otel.trace, "get_tracer_provider", lambda: provider)
     return memory
 
+
+
+# --- the calm demo: started first, judged last (tests/test_calm_demo.py) --------------------------
+CALM_TESTS = "test_calm_demo.py"
+_calm_run = pytest.StashKey[object]()
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """When the calm demo's tests are selected, run them last and start the demo and its
+    Prometheus now: its five minutes pass while the rest of the suite runs."""
+    calm = [item for item in items if item.path.name == CALM_TESTS]
+    if not calm:
+        return
+    items[:] = [item for item in items if item.path.name != CALM_TESTS] + calm
+    import shutil
+
+    if shutil.which("prometheus") is None:
+        return  # the tests skip (fail on CI) with require_prometheus
+    from tests.support.calm_run import CalmRun
+
+    config.stash[_calm_run] = CalmRun()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(_calm_run, None)
+    if run is not None:
+        run.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def calm_run(request: pytest.FixtureRequest) -> object:
+    """The calm demo and its Prometheus, started as the session started (CalmRun)."""
+    from tests.support.prometheus import require_prometheus
+
+    require_prometheus()
+    return request.config.stash[_calm_run]

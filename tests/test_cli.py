@@ -71,3 +71,11 @@ def test_demo_prints_the_metrics_url_a_live_table_with_its_windows_and_a_summary
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
+
+
+def test_demo_rate_must_be_a_positive_number():
+    for rate, why in (("0", "must be above 0, got 0"), ("fast", "not a number: 'fast'")):
+        run = subprocess.run([*CLI, "demo", "--rate", rate], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 2 and run.stdout == ""
+        assert why in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr

@@ -155,13 +155,14 @@ class PrometheusServer:
 
     # --- API ------------------------------------------------------------------------------------
 
-    def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
+    def _get(self, path: str, params: dict[str, str] | None = None, timeout: float = 10.0
+             ) -> Any:
         """GET an `/api/v1/...` endpoint and return its `data`; raise on an error status."""
         url = self.url + path
         if params:
             url += "?" + urllib.parse.urlencode(params)
         try:
-            with urllib.request.urlopen(url, timeout=10) as response:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
                 body = json.load(response)
         except urllib.error.HTTPError as e:  # 400/422 carry a JSON error body
             try:
@@ -183,12 +184,12 @@ class PrometheusServer:
             return [{"metric": {}, "value": data["result"]}]
         return data["result"]
 
-    def query_range(self, expr: str, start: float, end: float, step: float
-                    ) -> list[dict[str, Any]]:
+    def query_range(self, expr: str, start: float, end: float, step: float,
+                    timeout: float = 10.0) -> list[dict[str, Any]]:
         """Range query (Unix times, step in seconds): a matrix, one entry per series."""
         return self._get("/api/v1/query_range", {
-            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        )["result"]
+            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+            timeout)["result"]
 
     def wait_for(self, expr: str, timeout: float = 30.0,
                  predicate: Callable[[list[dict[str, Any]]], bool] = bool,
@@ -249,8 +250,10 @@ def metric_names(expr: str) -> set[str]:
     return found
 
 
-def grafana_expr(expr: str, rate_interval: str = "10s", time_range: str = "1m") -> str:
+def grafana_expr(expr: str, rate_interval: str = "10s", time_range: str = "1m",
+                 interval: str = "5s") -> str:
     """A panel query as Grafana sends it with every template variable set to All."""
     return (expr.replace("$__rate_interval", rate_interval).replace("$__range", time_range)
+            .replace("$__interval", interval)
             .replace("$model", ".*").replace("$route", ".*").replace("$tenant", ".*")
             .replace("$job", ".*").replace("$task", ".*"))

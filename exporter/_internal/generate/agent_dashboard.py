@@ -23,8 +23,7 @@ from ..config.settings import Config
 from ..promql import MODEL_ROUTE, block, eq, indent, regex, selector
 from .dashboards import AGENTS, MR_LEGEND, dashboard
 from .grafana import Dashboard, Row, Variable
-from .panels import (Queries, layout, rate, share_panel, sum_by, target, timeseries, top,
-                     top_block)
+from .panels import Queries, layout, rate, share_panel, sum_by, target, timeseries, top
 
 TASK = [names.TASK]
 TASK_LEGEND = "{{task}}"
@@ -94,7 +93,7 @@ def agent_tasks(config: Config, q: Queries) -> list[core.Panel]:
         (timeseries("Task duration p99 by task (top 10)",
                     "The slowest tasks: compare a task with itself an hour ago, or with the "
                     "others.",
-                    [target(top_block(quantile(0.99, names.TASK_DURATION, TASK)),
+                    [target(top(quantile(0.99, names.TASK_DURATION, TASK)),
                             TASK_LEGEND)], "s", q.runbook(OVERRUNS)), 8),
         (timeseries("Steps per task",
                     "LLM calls per task: the mean and the p99. Production tasks grow steps "
@@ -123,7 +122,7 @@ def agent_tasks(config: Config, q: Queries) -> list[core.Panel]:
         (timeseries("Waterfall candidates per task (top 10)",
                     "Tool calls per task that started after another tool ended with no LLM "
                     "call in between: nothing the client saw made them wait.",
-                    [target(top_block(waterfalls), TASK_LEGEND)], "short",
+                    [target(top(waterfalls), TASK_LEGEND)], "short",
                     q.runbook(OVERRUNS)), 12),
         (timeseries("Orphan tokens and late calls per task",
                     "Per task with a deadline: output tokens generated after it and LLM calls "
@@ -143,7 +142,7 @@ def agent_tasks(config: Config, q: Queries) -> list[core.Panel]:
                     "Calls that set max_tokens: the mean requested, and the mean output "
                     "(requested less the headroom the call left). Decode is sequential: unused "
                     "headroom is latency and money at risk.",
-                    [target(top_block(mean_requested, 5), "max_tokens " + MR_LEGEND),
+                    [target(top(mean_requested, 5), "max_tokens " + MR_LEGEND),
                      target(top(f"{block(mean_requested)}\n- on ({', '.join(MODEL_ROUTE)}) "
                                 f"{block(mean_headroom)}", 5), "output " + MR_LEGEND)],
                     "short", q.runbook(TRUNCATION)), 12),

@@ -23,21 +23,25 @@ def why_row(q: Queries) -> list[tuple[core.Panel, int]]:
     vs = f"now ({n.window}) / {n.offset} ago"
 
     def rise(key: str, *extra: str, k: int = 10) -> str:
+        """now / the baseline; 1 (no change known) where the baseline has no value yet (less
+        than `offset` of history), so the panel draws "now" from the start."""
         now, base = (selector(name, [*mr, *extra]) for name in (n.now(key), n.base(key)))
-        return top(f"{now}\n/ ({base} > 0)", k)
+        return top(f"{now}\n/ (\n  {base} > 0\n  or\n  {now}\n)", k)
 
     return [
         (Row(title="Why is TTFT up? (likely cause, and the signals that decide it)"), 24),
         (timeseries("Likely cause by model and route",
                     "The rules' decision (LLMTTFTLikelyCause) where TTFT rose against "
                     f"{n.offset} ago: prefill_surge, cold_cache (with its tenant), "
-                    "noisy_neighbour, route_change or unknown. `ttft-exporter diagnose` "
-                    "prints the numbers behind it.",
-                    [target(top(selector(LIKELY_CAUSE, mr)),
+                    "noisy_neighbour, route_change or unknown; `none` at 0 while no model "
+                    "and route has one. `ttft-exporter diagnose` prints the numbers behind it.",
+                    [target(f"{top(selector(LIKELY_CAUSE, mr))}\nor on ()\n"
+                            "label_replace(vector(0), \"cause\", \"none\", \"\", \"\")",
                             "{{cause}} {{model}} {{route}} {{tenant}}")], "short",
                     q.runbook(RUNBOOK[UNKNOWN])), 24),
         (timeseries(f"Input tokens per call, {vs} (top 10)",
-                    "Above 1.5 with the prefill phase up: a prefill surge (longer prompts).",
+                    "Above 1.5 with the prefill phase up: a prefill surge (longer prompts). 1 "
+                    f"until {n.offset} of history exists.",
                     [target(rise("input_tokens"), MR_LEGEND)], "x",
                     q.runbook(RUNBOOK["prefill_surge"])), 6),
         (timeseries(f"Cached share of input tokens by tenant, now ({n.window}) (lowest 10)",
@@ -48,7 +52,7 @@ def why_row(q: Queries) -> list[tuple[core.Panel, int]]:
                     q.runbook(RUNBOOK["cold_cache"])), 6),
         (timeseries(f"Largest stall per call (mean), {vs} (top 10)",
                     "Above 2 for every route of a model: a noisy neighbour in the provider's "
-                    "batch.",
+                    f"batch. 1 until {n.offset} of history exists.",
                     [target(rise("stall"), MR_LEGEND)], "x",
                     q.runbook(RUNBOOK["noisy_neighbour"])), 6),
         (timeseries("Calls to a new upstream (share), connect phase "

@@ -23,7 +23,7 @@ from ..promql import MODEL_ROUTE, block, by, eq, num, regex, selector
 from .cause_panels import why_row
 from .grafana import SCHEMA_VERSION, Dashboard, Row, Variable, red_from, step
 from .panels import (RATE, TOP, Queries, bargauge, heatmap, layout, rate, share_panel, stat,
-                     sum_by, target, timeseries, top, top_block)
+                     sum_by, target, timeseries, top, top_now)
 
 TAGS = ["ttft-exporter", "llm"]
 MR_LEGEND = "{{model}} {{route}}"
@@ -159,7 +159,7 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
                     f"Calls per second that failed on the provider's side ({failures}): what "
                     "the error budget counts. The caller's own 4xx and 429s are not in it; 0 "
                     "where a model and route had calls and none failed.",
-                    [target(top_block(q.or_zero(errors)),
+                    [target(top(q.or_zero(errors)),
                             "{{outcome}} {{model}} {{route}} {{provider}}")], "reqps",
                     q.runbook(ERRORS)), 6),
         (timeseries("Rate-limited share by model, route and provider (top 10)",
@@ -167,7 +167,7 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
                     "caller's quota, not a failure of the provider (no error budget spent); 0 "
                     "where none was. Rising with calls in flight: the client retries into its "
                     "limit.",
-                    [target(top_block(q.or_zero(limited, mrp)),
+                    [target(top(q.or_zero(limited, mrp)),
                             "{{model}} {{route}} {{provider}}")], "percentunit",
                     q.runbook(ERRORS)), 6),
         (timeseries("Calls in flight by model and route (top 10)",
@@ -274,12 +274,12 @@ def tenants(config: Config, q: Queries) -> list[core.Panel]:
         (Row(title="Right now"), 24),
         (bargauge(f"Top {TOP} tenants by TTFT p99 (last {window})",
                   "Exact p99 over the exporter's sliding window (HDR), per tenant.",
-                  top(f"max by ({by(tenant_by)}) "
+                  top_now(f"max by ({by(tenant_by)}) "
                        f"({selector(names.TTFT.window_name, [p99, *q.vars(names.TTFT)])})"),
                   "{{tenant}} {{model}} {{route}}", q.runbook(ONE), slow), 8),
         (bargauge(f"Top {TOP} tenants by stall p99 (last {window})",
                   "Exact p99 of the longest gap between tokens of a call, per tenant.",
-                  top(f"max by ({by(tenant_by)}) "
+                  top_now(f"max by ({by(tenant_by)}) "
                        f"({selector(names.STALL.window_name, [p99, *q.vars(names.STALL)])})"),
                   "{{tenant}} {{model}} {{route}}", q.runbook(NOISY),
                   red_from(config.slos[0].stall.threshold_seconds)), 8),
@@ -306,7 +306,7 @@ def tenants(config: Config, q: Queries) -> list[core.Panel]:
                     f"Calls recorded under {names.OTHER_TENANT} because the model and route "
                     f"already hold labels.max_tenants ({config.labels.max_tenants}) tenants; 0 "
                     f"where none folded.",
-                    [target(top_block(q.or_zero(folds)), MR_LEGEND)], "reqps",
+                    [target(top(q.or_zero(folds)), MR_LEGEND)], "reqps",
                     q.runbook(FOLDING)), 12),
         (timeseries(f"Share of calls under {names.OTHER_TENANT} (top 10)",
                     "The part of the traffic the per-tenant panels cannot attribute.",

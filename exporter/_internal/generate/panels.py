@@ -23,6 +23,7 @@ from .grafana import BASE, BarGauge, BucketHeatmap, PromTarget, Row, Stat, TimeS
 
 RATE = "$__rate_interval"
 RANGE = "$__range"
+INTERVAL = "$__interval"
 ROW_HEIGHT = 8
 #: At most this many series per panel: past it, a panel shows the top (or bottom) ones.
 TOP = 10
@@ -82,7 +83,7 @@ def heatmap(title: str, description: str, family: names.Family, matchers: Sequen
 def share_panel(title: str, description: str, share: str, legend: str, runbook: str,
                 limit: float) -> TimeSeries:
     """The top 10 of a share, with its alert's limit drawn as a red line."""
-    return timeseries(title, description, [target(top_block(share), legend)], "percentunit",
+    return timeseries(title, description, [target(top(share), legend)], "percentunit",
                       runbook, thresholds=red_from(limit))
 
 
@@ -121,12 +122,23 @@ def sum_by(labels: Sequence[str], inner: str) -> str:
 
 
 def top(expr: str, k: int = TOP, bottom: bool = False) -> str:
+    """The k highest (`bottom`: lowest) series of `expr` over the panel's whole range, drawn at
+    every step: a time series panel of the top k never draws more than k lines.
+
+    `topk` alone picks anew at each step (a "top 10" panel drew 11-19 lines over its range).
+    Each series is ranked once, by its peak (lowest: its trough) over the range, evaluated at
+    the range's end (`@ end()`, on by default since Prometheus 2.33), and only the picked
+    series are drawn.
+    """
+    kind, over = ("bottomk", "min_over_time") if bottom else ("topk", "max_over_time")
+    pick = f"{kind}({k}, {over}({block(expr)}[{RANGE}:{INTERVAL}] @ end()))"
+    return f"{block(expr)}\nand\n{pick}"
+
+
+def top_now(expr: str, k: int = TOP, bottom: bool = False) -> str:
+    """The k highest (lowest) series of `expr` at one instant: for instant panels (a stat, a
+    bar gauge), which evaluate once."""
     return f"{'bottomk' if bottom else 'topk'}({k}, {expr})"
-
-
-def top_block(expr: str, k: int = TOP) -> str:
-    """`top` of an expression of several lines, set as a block of its own."""
-    return top(block(expr), k)
 
 
 class Queries:
@@ -195,7 +207,7 @@ class Queries:
 
     def top_quantile(self, q: float, family: names.Family, labels: Sequence[str] = MODEL_ROUTE,
                      matchers: Sequence[str] | None = None) -> str:
-        return top_block(self.quantile(q, family, labels, matchers))
+        return top(self.quantile(q, family, labels, matchers))
 
     def or_zero(self, expr: str, labels: Sequence[str] = MODEL_ROUTE) -> str:
         """`expr`, and 0 for every (model, route) with calls but no such event."""
@@ -205,16 +217,16 @@ class Queries:
     def attainment(self, sli: str, family: names.Family) -> str:
         """Share of calls that met objective `sli` over the selected range (worst 10)."""
         ratios = (promql.sli_good_ratio(sli, s, RANGE, self.vars(family)) for s in self.scopes)
-        return top("\n  or\n".join(block(ratio) for ratio in ratios), bottom=True)
+        return top_now("\n  or\n".join(block(ratio) for ratio in ratios), bottom=True)
 
     def budget_left(self, sli: str) -> str:
         """The error budget left over the SLO period (0: exhausted), worst 10."""
         left = selector(promql.PERIOD_BUDGET_REMAINING, [eq("sli", sli), *self.recorded()])
-        return top(f"clamp_min({left}, 0)", bottom=True)
+        return top_now(f"clamp_min({left}, 0)", bottom=True)
 
     def burn(self, sli: str, window: int, k: int) -> str:
         record = promql.sli_record(window)
         per_scope = "\nor\n".join(
             f"{selector(record, [eq('sli', sli), eq('slo', s.id), *self.recorded()])} "
             f"/ {num(1 - getattr(s.slo, sli).target)}" for s in self.scopes)
-        return top_block(per_scope, k)
+        return top(per_scope, k)
