@@ -98,6 +98,7 @@ BOUNDS: dict[str, Bound] = {
     "server.port": Bound(minimum=0, maximum=65535,
                          why="must be between 0 (any free port) and 65535"),
     "server.max_connections": AT_LEAST_1,
+    "server.max_connections_per_client": AT_LEAST_1,
     "server.header_timeout_seconds": UP_TO_AN_HOUR,
     "server.body_timeout_seconds": UP_TO_AN_HOUR,
     "labels.tenant_policy": Bound(choices=("raw", "hash", "allowlist")),

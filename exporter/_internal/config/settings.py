@@ -50,7 +50,8 @@ class ConfigError(ValueError):
 class ServerConfig:
     addr: str = "127.0.0.1"  # address /metrics (and /push) listen on
     port: int = 9469  # 0: any free port
-    max_connections: int = 256  # past it a new connection is closed at once (counted)
+    max_connections: int = 256  # past it an idle connection is shed (or the new one closed)
+    max_connections_per_client: int = 64  # per client address; past it its oldest idle is shed
     header_timeout_seconds: float = 10.0  # for a complete request's headers (else closed)
     body_timeout_seconds: float = 30.0  # for a /push body (else 408)
 
