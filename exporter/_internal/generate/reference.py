@@ -3,7 +3,7 @@ tables written from their definitions by `ttft-exporter generate`.
 
 Prose that restates a value the code defines drifts from it (docs gave 8 MiB where the code had
 4); these tables cannot, and a test regenerates and diffs them like the dashboards and rules.
-The other docs link here rather than repeat a default, and tests/test_doc_values.py checks the
+The other docs link here rather than repeat a default, and tests/test_docs.py checks the
 values they still state beside a key's name.
 """
 
