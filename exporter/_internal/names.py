@@ -240,7 +240,7 @@ SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
 SELF_LABEL_FOLDS = "ttft_exporter_label_folds_total"  # {label}
 SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
 SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
-SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow
+SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow, shed
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).
 DROP_SERIES_LIMIT = "series_limit"
