@@ -214,7 +214,7 @@ class Renderer:
                 out.append(delimited(header(fam.window_name, window_help(rec, fam), "summary"),
                                      windows))
         for name, fam in self.encoder.slo_families():
-            out.append(delimited(header(name, _slo_help(fam), "counter"), slo_parts[fam.name]))
+            out.append(delimited(header(name, slo_help(fam), "counter"), slo_parts[fam.name]))
         families = self._counter_families(watermark)
         out.extend(small_family(family) for family in families)
         return b"".join(out)
@@ -310,6 +310,6 @@ class Renderer:
         return "".join(lines)
 
 
-def _slo_help(fam: names.Family) -> str:
+def slo_help(fam: names.Family) -> str:
     return (f"Calls whose {fam.name} value was at or under le seconds, at each SLO threshold "
             f"(le=\"+Inf\": every call); served with the native histogram.")
