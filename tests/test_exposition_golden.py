@@ -80,8 +80,8 @@ def test_text_format_golden_bytes():
         "events after the first.\n"
         "# TYPE llm_client_inter_token_latency_seconds histogram\n")
     assert blocks["llm_client_requests_total"] == (
-        "# HELP llm_client_requests_total LLM calls by outcome (ok, error, cancelled, timeout, "
-        "abandoned).\n"
+        "# HELP llm_client_requests_total LLM calls by outcome (ok, client_error, rate_limited, "
+        "provider_error, timeout, connection_error, error, cancelled, abandoned).\n"
         "# TYPE llm_client_requests_total counter\n"
         'llm_client_requests_total{model="m",outcome="ok",provider="p",route="r",tenant="t"} '
         "1.0\n")
@@ -95,7 +95,8 @@ def test_text_format_golden_bytes():
         'ttft_exporter_dropped_total{reason="series_limit"} 0.0\n'
         'ttft_exporter_dropped_total{reason="bad_value"} 0.0\n'
         'ttft_exporter_dropped_total{reason="bad_label"} 0.0\n'
-        'ttft_exporter_dropped_total{reason="internal_error"} 0.0\n')
+        'ttft_exporter_dropped_total{reason="internal_error"} 0.0\n'
+        'ttft_exporter_dropped_total{reason="task_overflow"} 0.0\n')
     assert "trace_id" not in "".join(blocks.values())  # exemplars are OpenMetrics only
 
 
@@ -112,8 +113,8 @@ def test_openmetrics_golden_bytes():
         f"{TTFT}_sum{{{LABELS}}} 0.05\n")
     # a counter's family name has no _total in OpenMetrics; its sample keeps it
     assert blocks["llm_client_requests"] == (
-        "# HELP llm_client_requests LLM calls by outcome (ok, error, cancelled, timeout, "
-        "abandoned).\n"
+        "# HELP llm_client_requests LLM calls by outcome (ok, client_error, rate_limited, "
+        "provider_error, timeout, connection_error, error, cancelled, abandoned).\n"
         "# TYPE llm_client_requests counter\n"
         'llm_client_requests_total{model="m",outcome="ok",provider="p",route="r",tenant="t"} '
         "1.0\n")
