@@ -456,7 +456,7 @@ async def test_async_mid_stream_disconnect_keeps_the_sdk_error(server, recorded)
         async for chunk in s:
             got.append(chunk)
     t = recorded.one()
-    assert t.outcome == names.ERROR and len(t.token_times) == 3 and len(got) == 4
+    assert t.outcome == names.CONNECTION_ERROR and len(t.token_times) == 3 and len(got) == 4
     frames = {frame.name for frame in traceback.extract_tb(info.value.__traceback__)}
     assert "async_tokens" in frames and not frames & {"sync_tokens", "_failed"}
 
