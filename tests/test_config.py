@@ -106,7 +106,7 @@ def test_yaml_files_name_the_line(tmp_path):
     bad.write_text("labels:\n  max_tenants: 5\n\nwindow:\n  slices: 100\n")
     with pytest.raises(ConfigError) as info:
         config_loader.load(bad)
-    assert str(info.value) == f"{bad}:5: window.slices: must be between 1 and 60"
+    assert str(info.value) == f"{bad}:5: window.slices: must be between 1 and 60, got 100"
     broken = tmp_path / "broken.yaml"
     broken.write_text("labels: [unclosed\n")
     with pytest.raises(ConfigError) as info:
@@ -164,7 +164,7 @@ def test_check_config_cli(tmp_path):
     run = subprocess.run([*CLI, "check-config", str(bad)], capture_output=True, text=True)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines() == [  # every error at once, in the file's order
-        f"{bad}:2: labels.max_tenants: must be at least 1",
+        f"{bad}:2: labels.max_tenants: must be at least 1, got 0",
         f"{bad}:3: labels.nope: unknown key (known: hash_salt, max_label_length, max_models, "
         f"max_providers, max_routes, max_series, max_tasks, max_tenants, max_upstreams, "
         f"tenant_allowlist, tenant_families, tenant_policy)",
@@ -178,6 +178,67 @@ def test_check_config_cli(tmp_path):
         run = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=30)
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
         assert run.stderr.strip(), argv
+
+
+def test_check_config_checks_the_files_and_address_serve_needs(tmp_path):
+    """Every file serve reads and the address it listens on, checked at once, each error at
+    its key's line; then the same config given to serve: refused too, naming a key."""
+    empty, folder = tmp_path / "empty", tmp_path / "folder"
+    empty.write_text("\n")
+    folder.mkdir()
+    cert = tmp_path / "cert.pem"
+    cert.write_text("not a certificate\n")
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server:\n"
+        "  addr: no-such-host.invalid\n"
+        "aggregator:\n"
+        f"  push_token_file: {tmp_path / 'missing'}\n"
+        f"  metrics_token_file: {empty}\n"
+        "  metrics_username: prometheus\n"
+        f"  metrics_password_file: {folder}\n"
+        f"  tls_cert_file: {cert}\n"
+        f"  tls_key_file: {cert}\n"
+        f"  snapshot_path: {tmp_path / 'gone' / 'state'}\n")
+    run = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    lines = run.stderr.splitlines()
+    assert [line.split(": ")[0:2] for line in lines] == [
+        [f"{config}:2", "server.addr"], [f"{config}:4", "aggregator.push_token_file"],
+        [f"{config}:5", "aggregator.metrics_token_file"],
+        [f"{config}:7", "aggregator.metrics_password_file"],
+        [f"{config}:8", "aggregator.tls_cert_file"], [f"{config}:10", "aggregator.snapshot_path"]]
+    assert "cannot listen on 'no-such-host.invalid'" in lines[0]
+    assert lines[1].endswith("No such file or directory") and lines[2].endswith("is empty")
+    assert lines[3].endswith("Is a directory") and f"cannot load {cert}" in lines[4]
+    assert lines[5].endswith(f"the directory {tmp_path / 'gone'} does not exist")
+    run = subprocess.run([*CLI, "serve", "--config", str(config), "--port", "0"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2 and run.stderr.startswith(f"{config}:2: server.addr: cannot "
+                                                         f"listen on 'no-such-host.invalid'")
+    run = subprocess.run([*CLI, "serve", "--addr", "10.255.255.254", "--port", "0"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2 and run.stderr == (
+        "command line: --addr: cannot listen on '10.255.255.254': Cannot assign requested "
+        "address\n")
+
+
+def test_check_config_tries_the_snapshot_directory_and_names_what_needs_the_runtime(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("aggregator:\n  snapshot_path: /sys/ttft-state\n")  # (read-only, even
+    run = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                         timeout=30)  # for root)
+    assert run.returncode == 2 and run.stderr.startswith(
+        f"{config}:2: aggregator.snapshot_path: cannot use /sys")
+    assert run.stderr.rstrip().endswith("Permission denied")
+    config.write_text(f"aggregator:\n  snapshot_path: {tmp_path / 'state'}\n")
+    run = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0 and run.stdout == (
+        f"{config}: ok (not checked until serve starts: whether server.port is free, and the "
+        f"snapshot's content (one that cannot be read is set aside and logged))\n")
+    assert list(tmp_path.iterdir()) == [config]  # checking wrote nothing
 
 
 def test_serve_names_an_unusable_snapshot_path(tmp_path):
