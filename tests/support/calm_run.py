@@ -29,6 +29,12 @@ RATE = 3.0
 #: Prometheus' scrape and rule evaluation intervals (s): often enough for the 5m windows and the
 #: pages' `for: 2m`, seldom enough to keep the rules' CPU small.
 SCRAPE, EVALUATION = 5, 10
+#: The demo's niceness (where the test may raise its priority; else it runs at the test's).
+#: Its TTFT is measured client-side, where a starved event loop adds its lag to every first
+#: token: on two cores shared with the rest of the suite, agent calls scripted at 0.1 s took
+#: over 2 s for 7-10 % of them, and the 2 s objective paged. The demo needs a quarter of a
+#: core; first claim on it measures the provider, as Prometheus' niceness does for the others.
+NICENESS = -10
 
 
 def free_port() -> int:
@@ -48,7 +54,8 @@ class CalmRun:
         self.log_path = self.dir / "demo.log"
         with self.log_path.open("w") as log:
             self.demo = subprocess.Popen(
-                [sys.executable, "-m", "exporter.cli", "demo", "--no-incidents",
+                ["nice", "-n", str(NICENESS),  # without the right, nice says so and runs it
+                 sys.executable, "-m", "exporter.cli", "demo", "--no-incidents",
                  "--rate", str(RATE), "--port", str(port)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.started = time.time()
