@@ -270,6 +270,7 @@ class Aggregator:
             raise
         except Exception:  # a bug must not take the aggregator down, nor half-apply silently
             log.exception("ttft-exporter aggregator: push failed")
+            self.recorder.count_drop(names.DROP_INTERNAL)
             return web.json_response({"error": "internal"}, status=500)
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:
