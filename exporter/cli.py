@@ -110,7 +110,15 @@ def _diagnose(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import yaml
 
-    from ._internal.generate.files import generate, generate_defaults
+    try:
+        from ._internal.generate.files import generate, generate_defaults
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "grafanalib":
+            raise
+        print("ttft-exporter generate: needs the generate extra: pip install "
+              "'ttft-exporter[generate]' (grafanalib; the serve image leaves it out)",
+              file=sys.stderr)
+        return 2
 
     if args.check:
         return _check_dashboards(args)
