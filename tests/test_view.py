@@ -89,7 +89,7 @@ def test_prometheus_read_api_passes_through_and_nothing_else(view):
     assert status == 200 and json.loads(body)["data"]["alerts"] == []
     status, _ = get(f"{view.base_url}/api/v1/admin/tsdb/snapshot")
     assert status == 404
-    for static in ("view.js", "view.css", *UPLOT):
+    for static in ("view.js", "panels.js", "units.js", "view.css", *UPLOT):
         assert get(f"{view.base_url}/static/{static}")[0] == 200
 
 

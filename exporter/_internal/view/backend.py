@@ -51,7 +51,7 @@ class PrometheusProxy:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             return web.json_response(
                 {"status": "error", "errorType": "unavailable",
-                 "error": f"cannot reach Prometheus at {self.url}: {e or type(e).__name__}"},
+                 "error": f"cannot reach Prometheus at {self.url}: {type(e).__name__} {e}"},
                 status=502)
 
 

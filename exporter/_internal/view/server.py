@@ -3,13 +3,12 @@ API passed through and the findings, served on loopback by its own thread."""
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from aiohttp import web
 
+from ..expose import http_thread
 from ..expose.http_thread import HttpThread
 from . import pages
 from .backend import Findings, PrometheusProxy
@@ -69,15 +68,5 @@ class ViewServer(HttpThread):
 
 def serve_until_signalled(app: web.Application, host: str, port: int) -> None:
     """Serve in the foreground until SIGINT or SIGTERM; print the page's URL first."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    server = ViewServer(app, host, port).start()
-    print(f"dashboards: {server.url}", flush=True)
-    try:
-        while not stop.wait(1.0):
-            pass
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    http_thread.serve_until_signalled(ViewServer(app, host, port),
+                                      lambda server: f"dashboards: {server.base_url}/")
