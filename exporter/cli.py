@@ -10,6 +10,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from ._internal import runtime
 from ._internal.config.loader import load
@@ -125,8 +126,16 @@ def _port(text: str) -> int:
     return port
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A parser whose errors are one line on stderr and exit 2, like every other user
+    mistake (argparse's own prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (--help for usage)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ttft-exporter", description=__doc__.splitlines()[0])
+    parser = _OneLineParser(prog="ttft-exporter", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="serve /metrics (and /push from worker processes) in the "
                                      "foreground until SIGTERM")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -227,6 +228,62 @@ def test_unreachable_prometheus_and_bad_arguments_are_one_line_and_exit_2(
         assert cli.main(["diagnose", "--prometheus", url, *args]) == 2
         out, err = capsys.readouterr()
         assert out == "" and says in err and len(err.splitlines()) == 1, err
+
+
+def one_line_exit_2(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """cli.main in-process (its status is the process's: `sys.exit(main())`): exit 2, nothing on
+    stdout, one line on stderr saying `says`, no traceback."""
+    try:
+        status = cli.main(args)
+    except SystemExit as e:  # argparse exits from inside parse_args
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "", (status, out)
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_overlapping_or_inverted_windows_are_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["diagnose", "--prometheus", "http://127.0.0.1:9", "--at", "1000000",
+            "--since", "10m"]
+    for baseline_at in ("999900", "1000500"):  # inside the diagnosed window; after it
+        one_line_exit_2([*base, "--baseline-at", baseline_at],
+                        "must end by the start of the diagnosed window", capsys)
+
+
+def test_a_port_that_is_no_number_is_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    one_line_exit_2(["diagnose", "--prometheus", "http://127.0.0.1:90x90"], "bad port", capsys)
+
+
+def test_a_listener_that_does_not_speak_http_is_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A real socket on loopback answering an SSH banner: http.client's BadStatusLine."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(4096)
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        one_line_exit_2(["diagnose", "--prometheus", f"http://127.0.0.1:{port}"],
+                        "does not answer HTTP", capsys)
+    finally:
+        listener.close()
+
+
+def test_argparse_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    one_line_exit_2(["diagnose"], "the following arguments are required: --prometheus", capsys)
+    one_line_exit_2(["diagnose", "--prometheus", "http://127.0.0.1:9", "--min-calls", "many"],
+                    "invalid int value: 'many'", capsys)
+    one_line_exit_2(["diagnose", "--prometheus", "http://127.0.0.1:9", "--no-such-flag"],
+                    "unrecognized arguments: --no-such-flag", capsys)
 
 
 def test_a_prometheus_without_the_exporters_data_is_an_error(run: dict[str, Any]) -> None:

@@ -95,7 +95,8 @@ def test_text_format_golden_bytes():
         'ttft_exporter_dropped_total{reason="series_limit"} 0.0\n'
         'ttft_exporter_dropped_total{reason="bad_value"} 0.0\n'
         'ttft_exporter_dropped_total{reason="bad_label"} 0.0\n'
-        'ttft_exporter_dropped_total{reason="internal_error"} 0.0\n')
+        'ttft_exporter_dropped_total{reason="internal_error"} 0.0\n'
+        'ttft_exporter_dropped_total{reason="task_overflow"} 0.0\n')
     assert "trace_id" not in "".join(blocks.values())  # exemplars are OpenMetrics only
 
 

@@ -352,3 +352,18 @@ def test_bad_values_are_refused_before_anything_renders(helm, chart):
                 {"metricsAuth": {"basicAuth": {"username": "prom"}}}):
         with pytest.raises(helm.HelmRenderError):
             chart.render(bad, name="llm", namespace="obs")
+
+
+def test_the_schema_knows_every_config_section_the_exporter_does(chart):
+    """The chart README's advice, `config.dashboards.histograms: native`, renders."""
+    from dataclasses import fields
+
+    from exporter._internal.config.settings import Config
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(schema["properties"]["config"]["properties"]) == {f.name for f in fields(Config)}
+    docs = render(chart, {"config": {"dashboards": {"histograms": "native"},
+                                     "otel": {"traces": False}}})
+    config = yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["ttft-exporter.yaml"])
+    assert config["dashboards"] == {"histograms": "native"}
+    assert load(config).dashboards.histograms == "native"

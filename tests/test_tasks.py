@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import threading
 import time
 
 import pytest
@@ -26,6 +27,7 @@ from exporter._internal.record import tasks
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline, derive
 from exporter._internal.shim import deadline, manual, otel, task as task_module
+from tests.support import require_module
 
 MS = 1_000_000  # ns
 
@@ -90,6 +92,68 @@ def test_parallel_tools_are_no_waterfall_and_a_call_breaks_a_run() -> None:
     assert s.kinds["tool"] == 100_000 + 110_000 + 100_000 + 5_000
     assert s.kinds["app"] == 25_000  # 210-220, 400-410, 415-420
     assert s.critical_path == 475_000 - 5_000  # the second run: its shorter tool
+
+
+def test_a_call_beside_sequential_tools_is_the_critical_path() -> None:
+    """gather(a 1.0 s call, two sequential 0.4 s tools): the call is the critical path."""
+    steps = [step(0, 1000)]
+    works = [work(TOOL, 0, 400), work(TOOL, 400, 800)]
+    s = tasks.summarize("t", 0, 1000 * MS, None, names.OK, steps, works)
+    assert (s.duration, s.critical_path, s.waterfall_calls) == (1_000_000, 1_000_000, 1)
+    # a guardrail covering the gap a collapsed run would leave: never more than the busy time
+    works = [work(TOOL, 200, 210), work(TOOL, 500, 1000), work(GUARD, 600, 1000)]
+    s = tasks.summarize("t", 0, 1000 * MS, None, names.OK, [step(0, 100)], works)
+    assert s.critical_path == 100_000 + 10_000 + 500_000  # the busy time; collapsed: 700 ms
+
+
+def reference_critical_path(steps: list[tuple[int, int]], works: list[tasks.Work]
+                            ) -> tuple[int, int, int]:
+    """(critical path, busy time, longest block) in µs by brute force: the set of covered
+    microseconds, each run of tools (by the last call started at or before each tool) laid
+    from its first start for its longest tool."""
+    def cover(a: int, b: int) -> set[int]:
+        return set(range(a // 1000, b // 1000))
+
+    busy: set[int] = set()
+    kept: set[int] = set()
+    runs: dict[int, list[tasks.Work]] = {}
+    for a, b in steps:
+        busy |= cover(a, b)
+        kept |= cover(a, b)
+    for w in works:
+        busy |= cover(w.start, w.end)
+        if w.kind == GUARD:
+            kept |= cover(w.start, w.end)
+        else:
+            runs.setdefault(sum(1 for a, _ in steps if a <= w.start), []).append(w)
+    for run in runs.values():
+        first = min(w.start for w in run)
+        kept |= cover(first, first + max(w.end - w.start for w in run))
+    longest = max([b - a for a, b in steps] + [w.end - w.start for w in works] + [0]) // 1000
+    return min(len(busy), len(kept)), len(busy), longest
+
+
+def test_the_critical_path_matches_a_brute_force_reference() -> None:
+    """Random interval sets (µs stamps in one task): the critical path is the reference's,
+    never shorter than the longest step or block, never longer than the busy time."""
+    require_module("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    interval = st.tuples(st.integers(0, 60), st.integers(1, 30)).map(
+        lambda t: (t[0] * 1000, (t[0] + t[1]) * 1000))
+    block = st.tuples(st.sampled_from([TOOL, TOOL, GUARD]), interval).map(
+        lambda t: tasks.Work(t[0], *t[1]))
+
+    @settings(max_examples=500, deadline=None, derandomize=True)
+    @given(st.lists(interval, max_size=5), st.lists(block, max_size=8))
+    def check(spans: list[tuple[int, int]], works: list[tasks.Work]) -> None:
+        steps = [tasks.Step(a, b, 0, 0, (b - a) // 1000, [], None) for a, b in spans]
+        s = tasks.summarize("t", 0, 100 * 1000, None, names.OK, steps, works)
+        critical, busy, longest = reference_critical_path(spans, works)
+        assert s.critical_path == critical
+        assert longest <= s.critical_path <= busy == s.duration - s.kinds["app"]
+
+    check()
 
 
 def test_orphan_tokens_from_token_stamps_or_the_time_share() -> None:
@@ -222,6 +286,67 @@ def test_a_nested_task_records_itself_and_counts_in_the_outer_one(
     with exporter.task("tight", deadline=1):
         with exporter.task("loose", deadline=100) as loose:  # cannot outlive the outer one
             assert loose.remaining() <= 1
+
+
+async def test_one_task_object_is_re_entrant_concurrent_and_nested(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each entry of one `task()` object is a task of its own: concurrent asyncio blocks,
+    threads and a nested entry each record their own summary with their own steps."""
+    seen = summaries(monkeypatch)
+    shared = exporter.task("shared")
+
+    async def block(calls: int) -> None:
+        async with shared:
+            for _ in range(calls):
+                manual_call()
+                await asyncio.sleep(0.01)  # the other block runs meanwhile (pacing)
+
+    await asyncio.gather(block(1), block(2))
+    assert sorted(s.steps for s in seen) == [1, 2]
+    seen.clear()
+    both_inside = threading.Barrier(2)
+
+    def in_thread(calls: int) -> None:
+        with shared:
+            both_inside.wait(5)
+            for _ in range(calls):
+                manual_call()
+            both_inside.wait(5)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(in_thread, (3, 4)))
+    assert sorted(s.steps for s in seen) == [3, 4]
+    seen.clear()
+    with shared as outer:
+        manual_call()
+        with shared as inner:
+            manual_call()
+        assert task_module.current() is outer and inner is not outer
+    assert [s.steps for s in seen] == [1, 2]  # the inner task, then the outer one with it
+    shared.__exit__(None, None, None)  # more exits than entries: nothing happens
+    assert task_module.current() is None
+
+
+def test_a_task_left_unfinished_in_a_thread_stays_bounded(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """A pool thread enters a task and never leaves it: its context keeps the task current, so
+    every later job's calls and tools join it; it keeps MAX_RECORDS of them, counted once."""
+    rec = runtime.state().recorder
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        leaked = pool.submit(lambda: exporter.task("leaked").__enter__()).result()
+
+        def job() -> None:
+            manual_call()
+            with exporter.tool("lookup"):
+                pass
+
+        for _ in range(task_module.MAX_RECORDS):
+            pool.submit(job).result()
+        assert pool.submit(task_module.current).result() is leaked
+    assert len(leaked.steps) + len(leaked.works) == task_module.MAX_RECORDS
+    assert rec.counts().value(names.DROPPED, names.DROP_TASK_OVERFLOW) == 1
+    requests = sum(rec.counts().rows[names.REQUESTS_TOTAL].values())
+    assert requests == task_module.MAX_RECORDS  # every call itself is still recorded
 
 
 def test_tasks_and_labels_nest_either_way(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -240,14 +240,17 @@ SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
 SELF_LABEL_FOLDS = "ttft_exporter_label_folds_total"  # {label}
 SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
 SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
-SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow
+SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow, shed
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).
 DROP_SERIES_LIMIT = "series_limit"
 DROP_BAD_VALUE = "bad_value"
 DROP_BAD_LABEL = "bad_label"
 DROP_INTERNAL = "internal_error"
-DROP_REASONS: tuple[str, ...] = (DROP_SERIES_LIMIT, DROP_BAD_VALUE, DROP_BAD_LABEL, DROP_INTERNAL)
+#: A task past shim/task.MAX_RECORDS steps and blocks (one left unfinished collects forever).
+DROP_TASK_OVERFLOW = "task_overflow"
+DROP_REASONS: tuple[str, ...] = (DROP_SERIES_LIMIT, DROP_BAD_VALUE, DROP_BAD_LABEL, DROP_INTERNAL,
+                                 DROP_TASK_OVERFLOW)
 
 #: Labels whose values are a closed set: a push carrying another value is malformed.
 CLOSED_LABELS: dict[str, tuple[str, ...]] = {

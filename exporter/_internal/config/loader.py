@@ -271,6 +271,8 @@ def _check(config: Config, e: _Report) -> None:
     e.check(not 0 <= server.port <= 65535, "server.port",
             f"must be between 0 (any free port) and 65535, got {server.port}")
     e.check(server.max_connections < 1, "server.max_connections", "must be at least 1")
+    e.check(server.max_connections_per_client < 1, "server.max_connections_per_client",
+            "must be at least 1")
     for key in ("header_timeout_seconds", "body_timeout_seconds"):
         e.check(not 0 < getattr(server, key) <= 3600, f"server.{key}",
                 "must be positive and at most 3600")

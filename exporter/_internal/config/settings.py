@@ -1,7 +1,7 @@
 """One YAML file drives the exporter, the label policy, the SLOs and every generated artefact.
 
 The config's types: frozen dataclasses, every field with a default, so `Config()` is the
-embedded default the demo and the generators use. Loading and validation (config_loader.py)
+embedded default the demo and the generators use. Loading and validation (loader.py)
 report every mistake at once with the file, line, key path and reason (`ConfigError`), never as
 a traceback at record time.
 """
@@ -50,7 +50,8 @@ class ConfigError(ValueError):
 class ServerConfig:
     addr: str = "127.0.0.1"
     port: int = 9469
-    max_connections: int = 256  # past it a new connection is closed at once (counted)
+    max_connections: int = 256  # past it an idle connection is shed (or the new one closed)
+    max_connections_per_client: int = 64  # per client address; past it its oldest idle is shed
     header_timeout_seconds: float = 10.0  # for a complete request's headers (else closed)
     body_timeout_seconds: float = 30.0  # for a /push body (else 408)
 

@@ -11,6 +11,7 @@ Errors the user can fix (Prometheus unreachable, an API error, a bad argument) r
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import time
@@ -70,6 +71,10 @@ class Prometheus:
     def __init__(self, url: str, timeout: float = 10.0):
         if not re.match(r"https?://", url):
             raise DiagnoseError(f"--prometheus must be an http(s) URL, got {url!r}")
+        try:
+            urllib.parse.urlsplit(url).port  # a port that is no number raises here
+        except ValueError:
+            raise DiagnoseError(f"--prometheus has a bad port: {url!r}") from None
         self.url = url.rstrip("/")
         self.timeout = timeout
 
@@ -90,6 +95,10 @@ class Prometheus:
         except (urllib.error.URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
             raise DiagnoseError(f"cannot query Prometheus at {self.url}: {reason}") from None
+        except http.client.HTTPException as e:  # a listener that does not speak HTTP
+            said = " ".join(str(e).split())[:80]  # the peer's bytes, on one line
+            raise DiagnoseError(f"Prometheus at {self.url} does not answer HTTP: "
+                                f"{type(e).__name__} {said!r}") from None
         if doc.get("status") != "success":
             raise DiagnoseError(f"Prometheus at {self.url}: {doc.get('error', doc)}")
         return doc["data"]["result"]
@@ -106,6 +115,16 @@ class Request:
     baseline_at: float | None = None
     model: str | None = None
     route: str | None = None
+
+    def __post_init__(self) -> None:
+        """The baseline must end before the diagnosed window starts: an overlap compares a
+        window with itself, an inverted pair compares the future with the past."""
+        start = self.at - self.since
+        if self.baseline_end > start + 1e-6:
+            raise DiagnoseError(
+                f"the baseline ({_clock(self.baseline_end - self.baseline)} to "
+                f"{_clock(self.baseline_end)}) must end by the start of the diagnosed window "
+                f"({_clock(start)} to {_clock(self.at)}): move --baseline-at or --at")
 
     @property
     def baseline_end(self) -> float:

@@ -137,7 +137,8 @@ class ExporterServer(HttpThread):
         """`config` bounds the connections (the defaults when None)."""
         server = config or ServerConfig()
         super().__init__(app, addr, port, name="ttft-exporter-http", ssl_context=ssl_context,
-                         limits=Limits(server.max_connections, server.header_timeout_seconds))
+                         limits=Limits(server.max_connections, server.header_timeout_seconds,
+                                       server.max_connections_per_client))
 
     @property
     def url(self) -> str:

@@ -15,8 +15,9 @@ Definitions (docs/metrics.md, "Agent tasks"):
 * `tool` and `guardrail` are the summed durations of those blocks; `app` is the task's time
   covered by no step, tool or guardrail (the app's own code);
 * summed time = every step, tool and guardrail duration added up; busy time = the length of
-  their union; critical path = busy time less, for each run of tools between two LLM calls,
-  what those tools took beyond the longest of them (what running them in parallel would save);
+  their union; critical path = the busy time the task would have with each run of tools
+  between two LLM calls started together (the run as long as its longest tool), at most the
+  busy time: never shorter than the longest step, tool or guardrail;
 * a waterfall candidate is a tool call that started after another tool of the same run ended,
   with no LLM call started in between: nothing the client sees made it wait for the other.
 """
@@ -119,50 +120,69 @@ def union_us(intervals: list[tuple[int, int]]) -> int:
     return total // NS_PER_US
 
 
-def waterfalls(steps: list[Step], tools: list[Work]) -> tuple[int, int]:
-    """(waterfall candidates, µs that running each run of tools in parallel would save).
+def _clip(a: int, b: int, start: int, end: int) -> tuple[int, int]:
+    """[a, b) within [start, end) (empty, not reversed, when outside)."""
+    a = min(max(a, start), end)
+    return a, max(a, min(b, end))
 
-    Tools are grouped by the last LLM call started before them; within a group, a tool that
-    started at or after the end of an earlier one waited for nothing the client can see.
-    """
+
+def tool_runs(steps: list[Step], tools: list[Work]) -> list[list[Work]]:
+    """The task's runs of tools, each sorted: the tools that started after one LLM call
+    started and before the next (tools before the first call are a run too)."""
     starts = sorted(s.start for s in steps)
     groups: dict[int, list[Work]] = {}
     for tool in tools:
         groups.setdefault(bisect_right(starts, tool.start), []).append(tool)
-    calls = saved = 0
-    for group in groups.values():
-        group.sort()
+    return [sorted(group) for group in groups.values()]
+
+
+def waterfall_calls(runs: list[list[Work]]) -> int:
+    """Tools that started at or after the end of an earlier tool of their run: they waited for
+    nothing the client can see."""
+    calls = 0
+    for run in runs:
         first_end = None
-        for tool in group:
+        for tool in run:
             if first_end is not None and tool.start >= first_end:
                 calls += 1
             first_end = tool.end if first_end is None else min(first_end, tool.end)
-        if len(group) > 1:
-            longest = max(tool.end - tool.start for tool in group) // NS_PER_US
-            saved += union_us([(w.start, w.end) for w in group]) - longest
-    return calls, saved
+    return calls
+
+
+def critical_path(others: list[tuple[int, int]], runs: list[list[Work]], busy: int) -> int:
+    """The busy time the task would have with each run of tools started together, in µs.
+
+    Each run becomes one interval from its first start, as long as its longest tool; the steps
+    and guardrails (`others`) stay as they ran. The union of those is never shorter than the
+    longest step or block (each is in it, whole) and never longer than the busy time (a run's
+    interval can cover a gap the run left: that is not time to save, so the busy time caps it).
+    """
+    collapsed = [(run[0].start, run[0].start + max(w.end - w.start for w in run))
+                 for run in runs]
+    return min(busy, union_us(others + collapsed))
 
 
 def summarize(name: str, start: int, end: int, deadline: int | None, outcome: str,
               steps: list[Step], works: list[Work]) -> TaskSummary:
     """The task's figures from what it collected (spans clipped to the task's own time)."""
     kinds = dict.fromkeys(names.TASK_KINDS, 0)
-    intervals = []
+    others = []  # the steps and guardrails, clipped to the task's time
+    tools = []
     for s in steps:
         kinds[names.KIND_QUEUE] += s.queue
         kinds[names.KIND_NETWORK] += s.network
         kinds[names.KIND_PROVIDER] += s.provider
-        intervals.append((max(s.start, start), min(s.end, end)))
-    tools = []
+        others.append(_clip(s.start, s.end, start, end))
     for w in works:
         kinds[w.kind] += (w.end - w.start) // NS_PER_US
-        intervals.append((max(w.start, start), min(w.end, end)))
         if w.kind == TOOL:
-            tools.append(w)
-    busy = union_us([(a, b) for a, b in intervals if b > a])
+            tools.append(Work(w.kind, *_clip(w.start, w.end, start, end)))
+        else:
+            others.append(_clip(w.start, w.end, start, end))
+    runs = tool_runs(steps, tools)
+    busy = union_us(others + [(w.start, w.end) for w in tools])
     duration = (end - start) // NS_PER_US
     kinds[names.KIND_APP] = max(0, duration - busy)
-    calls, saved = waterfalls(steps, tools)
     late = orphans = 0
     verdict = names.DEADLINE_NONE
     if deadline is not None:
@@ -172,5 +192,6 @@ def summarize(name: str, start: int, end: int, deadline: int | None, outcome: st
     return TaskSummary(
         name=name, end=end, outcome=outcome, deadline=verdict, duration=duration,
         steps=len(steps), kinds=kinds, summed=sum(kinds.values()) - kinds[names.KIND_APP],
-        critical_path=max(0, busy - saved), waterfall_calls=calls, late_calls=late,
+        critical_path=critical_path(others, runs, busy),
+        waterfall_calls=waterfall_calls(runs), late_calls=late,
         orphan_tokens=orphans)

@@ -34,6 +34,10 @@ from ..record.timeline import CallTimeline, Derived, outcome_of
 from . import deadline as deadlines, otel
 
 _TASK: ContextVar["Task | None"] = ContextVar("ttft_exporter_task", default=None)
+#: Steps and blocks one task keeps. A task left unfinished (a thread whose ContextVar is never
+#: reset) collects every later call of its context: past this it keeps nothing more (counted
+#: once, `reason="task_overflow"`), so it holds at most this many records.
+MAX_RECORDS = 4096
 #: Shortest timeout `sdk_timeout` passes (a deadline already passed still gets a request out).
 MIN_TIMEOUT = 0.001
 
@@ -58,7 +62,7 @@ class Task:
     """One running agent task: what its steps and blocks reported, its deadline (a stamp)."""
 
     __slots__ = ("name", "start", "deadline", "sdk_timeout", "steps", "works", "_parent",
-                 "_span", "_state", "_finished")
+                 "_span", "_state", "_finished", "_overflowed")
 
     def __init__(self, name: str, sdk_timeout: bool, parent: "Task | None"):
         self._state = runtime.state()
@@ -73,6 +77,7 @@ class Task:
         self._parent = parent
         self._span: otel.TaskSpan | None = None
         self._finished = False
+        self._overflowed = False
 
     def tool(self, name: str) -> "Block":
         """A tool block of this task (from any thread)."""
@@ -92,8 +97,25 @@ class Task:
 
     def add_step(self, t: CallTimeline, d: Derived) -> None:
         """An LLM call of this task ended (manual.Call.finish)."""
-        if not self._finished:
+        if self._room(1):
             self.steps.append(tasks.step_of(t, d))
+
+    def add_work(self, kind: str, start: int, end: int) -> None:
+        """A tool or guardrail block of this task ended (a block outliving its task: dropped)."""
+        if self._room(1):
+            self.works.append((kind, start, end))
+
+    def _room(self, n: int) -> bool:
+        """This running task can keep `n` more records (MAX_RECORDS; an overflow counted once).
+        """
+        if self._finished:
+            return False
+        if len(self.steps) + len(self.works) + n <= MAX_RECORDS:
+            return True
+        if not self._overflowed:
+            self._overflowed = True
+            self._state.recorder.count_drop(names.DROP_TASK_OVERFLOW)
+        return False
 
     def limit(self, options: Any) -> None:
         """With `sdk_timeout`, cap an SDK request's timeout at the time left (never raises)."""
@@ -145,7 +167,7 @@ class Task:
         if summary is not None:
             self._state.recorder.record_task(summary)
         parent = self._parent
-        if parent is not None and not parent._finished:
+        if parent is not None and parent._room(len(self.steps) + len(self.works)):
             parent.steps.extend(self.steps)
             parent.works.extend(self.works)
 
@@ -168,38 +190,62 @@ def _attributes(s: tasks.TaskSummary) -> dict[str, Any]:
     return out
 
 
-class task:
-    """Context manager (sync and async) around one agent task: `with task("answer") as t`."""
+#: One entry of a `task` object: the task, its ContextVar token, the deadline's token.
+_Entry = tuple[Task, Token["Task | None"], Token["int | None"]]
 
-    __slots__ = ("_args", "_task", "_token", "_deadline_token")
+
+class task:
+    """Context manager (sync and async) around one agent task: `with task("answer") as t`.
+
+    Re-entrant by design: each entry is a task of its own, so one object may be entered by
+    concurrent blocks (asyncio tasks, threads) or nested. An exit ends the entry that is
+    current in its context; one made elsewhere (a generator resumed in another thread) ends
+    the latest entry.
+    """
+
+    __slots__ = ("_args", "_open")
 
     def __init__(self, name: str, deadline: float | None = None, *, sdk_timeout: bool = False):
         self._args = (name, deadline, sdk_timeout)
-        self._task: Task | None = None
-        self._token: Token[Task | None] | None = None
-        self._deadline_token: Token[int | None] | None = None
+        self._open: list[_Entry] = []
 
     def __enter__(self) -> Task:
         name, seconds, sdk_timeout = self._args
-        t = self._task = Task(name, bool(sdk_timeout), _TASK.get())
+        t = Task(name, bool(sdk_timeout), _TASK.get())
         t.open(seconds)
-        self._token = _TASK.set(t)
-        self._deadline_token = deadlines.enter(t.deadline)
+        self._open.append((t, _TASK.set(t), deadlines.enter(t.deadline)))
         return t
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        t, token = self._task, self._token
-        if t is None:
+        entry = self._exiting()
+        if entry is None:
             return
-        self._task = self._token = None
-        deadlines.leave(self._deadline_token)
-        if token is not None:
-            try:
-                _TASK.reset(token)
-            except ValueError:  # exited in another context (a generator moved threads)
-                pass
+        t, token, deadline_token = entry
+        deadlines.leave(deadline_token)
+        try:
+            _TASK.reset(token)
+        except ValueError:  # exited in another context (a generator moved threads)
+            pass
         t.finish(exc)
+
+    def _exiting(self) -> _Entry | None:
+        """The entry this exit ends, taken off the open ones (None: exited more than entered).
+        """
+        here = _TASK.get()
+        entries = self._open
+        for entry in reversed(entries):
+            if entry[0] is here:
+                break
+        else:
+            if not entries:
+                return None
+            entry = entries[-1]
+        try:
+            entries.remove(entry)
+        except ValueError:  # another thread ended it meanwhile
+            return None
+        return entry
 
     async def __aenter__(self) -> Task:
         return self.__enter__()
@@ -245,8 +291,8 @@ class Block:
                  tb: TracebackType | None) -> None:
         end = perf_counter_ns()
         owner = self._task
-        if owner is not None and not owner._finished:  # a block outliving its task: dropped
-            owner.works.append((self._kind, self._start, end))
+        if owner is not None:
+            owner.add_work(self._kind, self._start, end)
         span, self._span = self._span, None
         if span is not None:
             try:
