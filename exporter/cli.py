@@ -104,6 +104,8 @@ def _generate(args: argparse.Namespace) -> int:
 
     from ._internal.generate.files import generate, generate_defaults
 
+    if args.check:
+        return _check_dashboards(args)
     if args.config is None:  # the defaults in both modes: what the repository commits
         written = generate_defaults(Path(args.out))
     else:  # the file as written goes with the chart's copies (generated-config.yaml)
@@ -112,6 +114,31 @@ def _generate(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     return 0
+
+
+def _check_dashboards(args: argparse.Namespace) -> int:
+    """`generate --check`: the dashboard files under --out read only defined metrics."""
+    from dataclasses import replace
+
+    from ._internal.config.settings import Config, DashboardsConfig
+    from ._internal.generate.check import defined_metrics, undefined_metrics
+
+    if args.config is None:  # the defaults in both modes, as generate writes them
+        configs = [replace(Config(), dashboards=DashboardsConfig(histograms=mode))
+                   for mode in ("classic", "native")]
+    else:
+        configs = [load(args.config)]
+    files = sorted(Path(args.out, "dashboards").rglob("*.json"))
+    if not files:
+        print(f"ttft-exporter generate --check: no dashboards under {Path(args.out, 'dashboards')}",
+              file=sys.stderr)
+        return 2
+    problems = undefined_metrics(files, defined_metrics(configs))
+    for line in problems:
+        print(line, file=sys.stderr)
+    if not problems:
+        print(f"{len(files)} dashboards read only metrics the exporter serves or its rules record")
+    return 1 if problems else 0
 
 
 def _port(text: str) -> int:
@@ -158,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ttft-exporter.yaml (without it: the defaults, classic "
                                     "histograms at the top and native ones under native/)")
     p.add_argument("--out", default=".", help="directory holding dashboards/ and alerts/")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; fail (exit 1) when a panel of the dashboards under "
+                        "--out queries a metric that no code defines")
     p.set_defaults(func=_generate)
     p = sub.add_parser("diagnose", help="name the likely cause of a TTFT rise per model and "
                                         "route, from Prometheus (docs/diagnose.md)")

@@ -8,6 +8,7 @@ import asyncio
 import gc
 import threading
 import time
+import traceback
 
 import httpx2
 import openai
@@ -316,16 +317,17 @@ def test_same_objects_pass_through(server, instrumented):
     assert all(a is b for a, b in zip(got, produced))
 
 
-@pytest.mark.parametrize("status,error", [(429, openai.RateLimitError),
-                                          (500, openai.InternalServerError)])
+@pytest.mark.parametrize("status,error,outcome", [
+    (429, openai.RateLimitError, names.RATE_LIMITED),
+    (500, openai.InternalServerError, names.PROVIDER_ERROR)])
 @timing
-def test_http_errors_are_reraised_untouched(server, recorded, status, error):
+def test_http_errors_are_reraised_untouched(server, recorded, status, error, outcome):
     c = client(server)
     with pytest.raises(error) as caught:
         chat_stream(c, status=status, server_wait=0.03)
     assert type(caught.value) is error and caught.value.status_code == status
     t = recorded.one()
-    assert t.outcome == names.ERROR and t.first_token is None
+    assert t.outcome == outcome and t.first_token is None
     assert_near(derive(t).phases["server"], 0.03, "server")
 
 
@@ -334,7 +336,7 @@ def test_retries_are_one_call(server, recorded):
     with pytest.raises(openai.InternalServerError):
         c.chat.completions.create(model="m", messages=MESSAGES, extra_headers=script(status=500))
     t = recorded.one()
-    assert t.outcome == names.ERROR
+    assert t.outcome == names.PROVIDER_ERROR
 
 
 def test_mid_stream_disconnect(server, recorded):
@@ -344,7 +346,7 @@ def test_mid_stream_disconnect(server, recorded):
         for chunk in chat_stream(c, tokens=8, gap=0.01, disconnect_after=3):
             got.append(chunk)
     t = recorded.one()
-    assert t.outcome == names.ERROR and len(t.token_times) == 3 and len(got) == 4
+    assert t.outcome == names.CONNECTION_ERROR and len(t.token_times) == 3 and len(got) == 4
 
 
 @timing
@@ -440,6 +442,23 @@ async def test_async_abandon_and_responses(server, recorded):
         await s.until_done()
     t = recorded.one()
     assert t.outcome == names.OK and t.reasoning_events == 1 and len(t.token_times) == 4
+
+
+async def test_async_mid_stream_disconnect_keeps_the_sdk_error(server, recorded):
+    """The async wrapper ends the call through the sync body's handlers and the caller gets the
+    SDK's own error with its own traceback (no frame of the hand-over added)."""
+    c = aclient(server)
+    got = []
+    with pytest.raises(openai.APIConnectionError) as info:
+        s = await c.chat.completions.create(
+            model="gpt-test", messages=MESSAGES, stream=True,
+            extra_headers=script(tokens=8, gap=0.01, disconnect_after=3))
+        async for chunk in s:
+            got.append(chunk)
+    t = recorded.one()
+    assert t.outcome == names.CONNECTION_ERROR and len(t.token_times) == 3 and len(got) == 4
+    frames = {frame.name for frame in traceback.extract_tb(info.value.__traceback__)}
+    assert "async_tokens" in frames and not frames & {"sync_tokens", "_failed"}
 
 
 async def test_100_concurrent_async_streams(server, recorded):

@@ -26,6 +26,7 @@ from ..promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
                       histogram_mode, kept, num, outcome_ratio, percent, runbook_url,
                       scope_matchers, scopes, selector, sli_error_ratio, sli_record)
 from .cause_rules import cause_alerts, decision_records, signal_records
+from .loss_alerts import loss_alerts
 
 # --- alert-only policy ------------------------------------------------------------------------
 
@@ -227,7 +228,9 @@ _BURN_TEXT = {
     "first_answer_token": ("First answer token",
                            "reached the first answer token (after reasoning) within {threshold}"),
     "stall": ("Stream stall", "streamed without a gap longer than {threshold}"),
-    ERRORS_SLI: ("Request", "ended without an error or a timeout"),
+    ERRORS_SLI: ("Request", "ended without a failure on the provider's side: "
+                            f"{', '.join(names.PROVIDER_FAILURES[:-1])} or "
+                            f"{names.PROVIDER_FAILURES[-1]}"),
 }
 
 
@@ -426,6 +429,7 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             w(600), "ttft-exporter drops samples ({{ $labels.reason }}): {{ $labels.instance }}",
             f"{{{{ $labels.instance }}}} drops {_VALUE_2F} samples per second for reason "
             f"{{{{ $labels.reason }}}}: the metrics undercount.", config),
+        *loss_alerts(config, _alert),
     ]
     # With an allowlist, folding every other tenant is the configured behaviour, not a problem.
     if config.labels.tenant_policy != "allowlist":
