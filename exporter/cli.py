@@ -13,14 +13,38 @@ from pathlib import Path
 from typing import NoReturn
 
 from ._internal import runtime
-from ._internal.config.loader import load
-from ._internal.config.settings import ConfigError
+from ._internal.config.loader import key_lines, load
+from ._internal.config.settings import Config, ConfigError
+from ._internal.expose.http_thread import address_problem
 from ._internal.expose.server import serve_until_signalled
+
+#: What check-config cannot know before serve runs, said after its "ok".
+RUNTIME_ONLY = ("not checked until serve starts: whether server.port is free, and the "
+                "snapshot's content (one that cannot be read is set aside and logged)")
+
+
+def serve_problems(config: Config) -> list[tuple[str, str]]:
+    """What `serve` would refuse in this config besides its syntax, as (key, reason) pairs: the
+    listen address, the secret and TLS files, the snapshot directory."""
+    from ._internal.fleet import access, journal
+
+    out = []
+    why = address_problem(config.server.addr)
+    if why is not None:
+        out.append(("server.addr", why))
+    out += access.problems(config)
+    snapshot = config.aggregator.snapshot_path
+    why = journal.unusable(snapshot) if snapshot else None
+    if why is not None:
+        out.append(("aggregator.snapshot_path", why))
+    return out
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    load(args.file)
-    print(f"{args.file}: ok")
+    problems = serve_problems(load(args.file))
+    if problems:
+        raise ConfigError(args.file, problems, key_lines(args.file))
+    print(f"{args.file}: ok ({RUNTIME_ONLY})")
     return 0
 
 
@@ -31,6 +55,11 @@ def _serve(args: argparse.Namespace) -> int:
     config = load(args.config)
     addr = args.addr or config.server.addr
     port = args.port if args.port is not None else config.server.port
+    why = address_problem(addr)
+    if why is not None:
+        raise ConfigError("command line" if args.addr else args.config or "config",
+                          [("--addr" if args.addr else "server.addr", why)],
+                          key_lines(args.config) if args.config and not args.addr else None)
     aggregator = Aggregator(config)  # restores the snapshot, if any
     runtime.become_aggregator(config, aggregator.recorder, aggregator.families)
     tune_gc()
@@ -102,7 +131,15 @@ def _view(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import yaml
 
-    from ._internal.generate.files import generate, generate_defaults
+    try:
+        from ._internal.generate.files import generate, generate_defaults
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "grafanalib":
+            raise
+        print("ttft-exporter generate: needs the generate extra: pip install "
+              "'ttft-exporter[generate]' (grafanalib; the serve image leaves it out)",
+              file=sys.stderr)
+        return 2
 
     if args.check:
         return _check_dashboards(args)
