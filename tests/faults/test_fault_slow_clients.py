@@ -179,3 +179,37 @@ def test_healthz_answers_while_the_largest_push_is_applied():
     finally:
         release.set()
         server.stop()
+
+
+def test_connections_that_never_start_tls_are_shed_like_any_idle_one(tmp_path):
+    """With TLS, the handshake runs behind the guard: 100 connections from 127.0.0.2 that never
+    send a ClientHello hold at most `max_connections_per_client` slots (asyncio's TLS server
+    kept every one of them, uncounted, for 60 s), and /healthz over TLS answers."""
+    import ssl
+
+    from exporter._internal.config.settings import AggregatorConfig
+    from tests.test_aggregator import self_signed
+
+    cert, key = self_signed(tmp_path)
+    config = Config(aggregator=AggregatorConfig(tls_cert_file=str(cert), tls_key_file=str(key)))
+    limits = replace(LIMITS, max_connections_per_client=5, header_timeout_seconds=30)
+    agg = Aggregator(replace(config, server=limits))
+    renderer = Renderer(agg.recorder, agg.families)
+    server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0,
+                            agg.access.ssl_context(), config=limits).start()
+    before = dict(connection_guard.CLOSED)
+    silent = []
+    try:
+        for _ in range(100):
+            silent.append(trickling("127.0.0.1", server.port, "127.0.0.2", request=b""))
+        assert sum(closed_by_peer(s, within=5) for s in silent[:95]) == 95
+        assert not any(closed_by_peer(s, within=0.1) for s in silent[95:])
+        assert closed_since(before)["shed"] == 95
+        trusted = ssl.create_default_context(cafile=str(cert))
+        answer = urllib.request.urlopen(f"https://127.0.0.1:{server.port}/healthz",
+                                        context=trusted, timeout=5).read()
+        assert answer == b"ok\n"
+    finally:
+        for s in silent:
+            s.close()
+        server.stop()
