@@ -127,7 +127,7 @@ def test_a_flood_from_one_address_does_not_starve_healthz_nor_other_pushers(tmp_
         assert requests == len(pushed)  # each push counted once
         closed = {dict(labels)["reason"]: v for (name, labels), v in m.items()
                   if name == names.SELF_HTTP_CLOSED}
-        assert sum(closed.values()) >= FLOOD - 256  # the flood was held off, and counted
+        assert closed["shed"] >= FLOOD // 2  # the flood was shed (counted), its oldest first
         assert flood.most_open >= FLOOD - 1
         # the flood's 64 connections, accept bursts (the listen backlog, 128) not yet
         # shed, and the rest of the process
