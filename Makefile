@@ -48,8 +48,10 @@ bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'  # the peers measured side by side
 	$(PY) -m bench
 
+# Then check that every panel queries a metric the exporter serves or its rules record.
 generate: $(STAMP)
 	$(VENV)/bin/ttft-exporter generate
+	$(VENV)/bin/ttft-exporter generate --check
 
 # Regenerate exporter/_internal/expose/proto/metrics_pb2.py from metrics.proto with protoc 26.1
 # (the oldest protobuf runtime the package supports loads it), in a scratch venv: grpcio-tools is
