@@ -62,7 +62,7 @@ class SignalNames:
     def __init__(self, al: AlertingConfig):
         self.window = duration(al.tenant_window_seconds)
         self.offset = duration(al.tenant_baseline_offset_seconds)
-        self.upstream = (f"model:{names.UPSTREAM_REQUESTS.removesuffix('_total')}:"
+        self.upstream = (f"model_route:{names.UPSTREAM_REQUESTS.removesuffix('_total')}:"
                          f"new_share{self.window}_vs_offset{self.offset}")
 
     def now(self, key: str) -> str:
@@ -74,7 +74,7 @@ class SignalNames:
 
 def signal_records(config: Config) -> list[dict[str, Any]]:
     """Every signal of causes.SIGNALS over the window now and at the baseline offset, and the
-    share of each model's calls to an upstream unseen at the baseline."""
+    share of each (model, route)'s calls to an upstream unseen at the baseline."""
     al = config.alerting
     scale = al.window_scale
     window = duration(al.tenant_window_seconds * scale)
@@ -83,13 +83,14 @@ def signal_records(config: Config) -> list[dict[str, Any]]:
     mode = histogram_mode(config)
     out = []
     for key, signal in SIGNALS_BY_KEY.items():
+        if not signal.in_rules:
+            continue
         windows = ((n.now(key), ""), (n.base(key), offset))
         for name, shift in windows if _has_baseline(signal) else windows[:1]:
             out.append({"record": name,
                         "expr": signal.expr(window, matchers, keep, shift, mode=mode)})
-    model_keep = [label for label in keep if label != names.ROUTE]
     out.append({"record": n.upstream,
-                "expr": new_upstream_share(window, window, offset, matchers, model_keep)})
+                "expr": new_upstream_share(window, window, offset, matchers, keep)})
     return out
 
 
@@ -162,7 +163,6 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
                    f"and {on}\n({few})")
     cold = f"count by ({by(keep)}) (\n{cold_slower}\n)"
     degraded = f"(\n({slower})\nor\n{cold}\n)\nand {on}\n({enough})"
-    model_on = f"on ({by([label for label in keep if label != names.ROUTE])})"
     phase = eq(names.PHASE, CONNECT)
     connect_rose = rose("phase", t.connect_factor, t.connect_min_seconds, phase)
     connect = (f"sum by ({by(keep)}) ({connect_rose})\n"
@@ -191,7 +191,7 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
             # calls hold more connections open, and new ones cost a connect)
             others = "".join(f"\nunless {on}\n(\n{condition}\n)" for condition in (
                 cold, conditions[PREFILL_SURGE]()))
-            expr = (f"(\n(\n{degraded}\n)\nand {model_on}\n"
+            expr = (f"(\n(\n{degraded}\n)\nand {on}\n"
                     f"({selector(n.upstream, mine)} >= {num(t.new_upstream_share)})\nor\n"
                     f"(\n{degraded}\n)\nand {on}\n({connect}){others}\n)")
         else:
