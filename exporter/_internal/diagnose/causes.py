@@ -53,8 +53,10 @@ RUNBOOK = {
 }
 
 #: The phases the decision reads.
-CONNECT, SERVER, PREFILL = "connect", "server", "prefill"
-PHASES = (CONNECT, SERVER, PREFILL)
+QUEUE, CONNECT, SERVER, PREFILL = "queue", "connect", "server", "prefill"
+PHASES = (QUEUE, CONNECT, SERVER, PREFILL)
+#: The connect phase of the calls that opened a connection (Window.logs).
+OPENED = "connect_opened"
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,14 @@ class Thresholds:
     prefill_factor: float = 1.25
     #: ...and the server's prefill speed unchanged: seconds per 1k uncached tokens at most
     #: this many times the baseline's (a prefill that outgrew its uncached work waited on
-    #: something else: a slower server). Past it with the work unchanged: a slower server.
+    #: something else: a slower server).
     prefill_excess: float = 2.0
-    #: noisy_neighbour: the mean of each call's largest stall, now / baseline and now - baseline.
-    stall_factor: float = 2.0
-    stall_min_seconds: float = 0.25
+    #: noisy_neighbour: seconds per 1k uncached tokens up this many times with the work
+    #: unchanged (a slower server: a neighbour in the batch, or less capacity)...
+    slower_prefill: float = 1.5
+    #: ...or the mean of each call's largest stall, now / baseline and now - baseline.
+    stall_factor: float = 1.5
+    stall_min_seconds: float = 0.05
     #: cold_cache: a tenant's cached share of input tokens fell by this much (absolute)...
     cache_drop: float = 0.25
     #: ...to at most this share of its baseline, and its cached tokens per call too: a cold
@@ -100,6 +105,11 @@ class Thresholds:
     #: comes back warm after one cold call per prompt prefix (the demo's tail tenants: 2-3
     #: calls a window, all cold), a cold cache stays cold (its incident: 7-30 calls).
     cold_min_calls: int = 5
+    #: a starved client (CPU, event loop): the queue phase, before the request leaves the
+    #: process, up by this factor and this many seconds. Every phase the client stamps is
+    #: late then, so no provider-side cause is named from the phases.
+    queue_factor: float = 2.0
+    queue_min_seconds: float = 0.02
 
 
 DEFAULT = Thresholds()
@@ -239,8 +249,9 @@ class Window:
     #: uncached input tokens per call (usage: input - cached), for the route and per tenant
     uncached_per_call: float | None = None
     tenant_uncached_per_call: dict[str, float] = field(default_factory=dict)
-    #: the moments of log values per "ttft", "first_answer", "input_tokens", "connect" (from
-    #: the buckets: the noise gate, noise.py)
+    #: the moments of log values per "ttft", "first_answer", "input_tokens", "connect", and
+    #: OPENED: the connect phase of the calls that opened a connection (from the buckets: the
+    #: noise gate, noise.py)
     logs: dict[str, LogMoments] = field(default_factory=dict)
     #: route_change: share of the route's calls to an upstream the baseline did not see (only
     #: on the window being diagnosed).
@@ -336,14 +347,13 @@ def _work_rose(now: Window, base: Window, t: Thresholds) -> bool:
 
 
 def _server_slower(now: Window, base: Window, t: Thresholds) -> bool:
-    """The server prefills slower (seconds per 1k uncached tokens past `prefill_excess`×)
+    """The server prefills slower (seconds per 1k uncached tokens past `slower_prefill`×)
     with the uncached work per call not grown, or every call stalls longer mid-stream: a
     neighbour in the batch, or less capacity."""
     speed_now, speed_base = prefill_speed(now), prefill_speed(base)
     slower = speed_now is not None and speed_base is not None and \
-        speed_now >= t.prefill_excess * speed_base and \
-        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor,
-              t.degraded_min_seconds) and \
+        speed_now >= t.slower_prefill * speed_base and \
+        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) and \
         not _rose(work(now), work(base), t.input_factor, 0.0)
     return slower or _rose(now.stall, base.stall, t.stall_factor, t.stall_min_seconds)
 
@@ -368,8 +378,16 @@ def surge_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[st
 
 
 def _connect_rose(now: Window, base: Window, t: Thresholds) -> bool:
-    """The connect phase's mean rose past its factor, its floor and `degraded_z` standard
-    errors: a few calls opening connections (a burst of concurrency) is not a route change."""
+    """A connection costs more: the connect phase of the calls that opened one (its geometric
+    mean) rose past `connect_factor`, `connect_min_seconds` and `degraded_z` standard errors.
+    More calls opening connections at the same cost (longer streams hold the pool's, a burst
+    of concurrency) is no route change. Without calls that opened one in both windows: the
+    connect phase's mean over every call."""
+    a, b = now.logs.get(OPENED), base.logs.get(OPENED)
+    if a is not None and b is not None and a.calls >= 2 and b.calls >= 2:
+        z = rise_in_standard_errors(a, b)
+        return _rose(math.exp(a.mean), math.exp(b.mean), t.connect_factor,
+                     t.connect_min_seconds) and z is not None and z >= t.degraded_z
     z = rise_z(now, base, CONNECT)
     return _rose(now.phases.get(CONNECT), base.phases.get(CONNECT), t.connect_factor,
                  t.connect_min_seconds) and (z is None or z >= t.degraded_z)
@@ -442,12 +460,15 @@ def classify(model: str, route: str, now: Window, base: Window,
     connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
     new_share = now.new_upstream_share
     surge = _surge(now, base, t)
-    slower_server = _server_slower(now, base, t)
+    starved = _rose(now.phases.get(QUEUE), base.phases.get(QUEUE), t.queue_factor,
+                    t.queue_min_seconds)
+    slower_server = not starved and _server_slower(now, base, t)
     # A new upstream is a fact and comes first; a connect phase that rose alone only where
     # nothing else explains it: longer calls (more uncached work, a slower server, a cold
     # cache) hold more connections open, and each new one costs a connect.
     if (new_share is not None and new_share >= t.new_upstream_share) or \
-            (not cold and not surge and not slower_server and _connect_rose(now, base, t)):
+            (not cold and not surge and not slower_server and not starved
+             and _connect_rose(now, base, t)):
         cause, tenants = ROUTE_CHANGE, []
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)

@@ -50,6 +50,13 @@ def log_moments(buckets: Iterable[tuple[float, float, float]]) -> LogMoments | N
     return LogMoments(total, mean, max(second / total - mean * mean, 0.0))
 
 
+def opened(buckets: Iterable[tuple[float, float, float]], floor: float = 0.005
+           ) -> list[tuple[float, float, float]]:
+    """The buckets of calls that opened a connection: above `floor` seconds (a pooled
+    connection's connect phase is a few microseconds, the first classic bucket's)."""
+    return [(low, high, calls) for low, high, calls in buckets if low >= floor]
+
+
 def from_cumulative(bounds_and_counts: Iterable[tuple[float, float]]) -> list[
         tuple[float, float, float]]:
     """Classic `le` buckets (upper bound, cumulative calls) as (lower, upper, calls)."""

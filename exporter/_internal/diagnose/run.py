@@ -27,9 +27,9 @@ from typing import Any
 from .. import names
 from ..config.settings import AlertingConfig
 from ..promql import CLASSIC, MODEL_ROUTE, NATIVE, HistogramMode, by, duration, eq, selector
-from .causes import (CONNECT, DEFAULT, IDENTITY, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds,
+from .causes import (CONNECT, DEFAULT, IDENTITY, OPENED, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds,
                      Window, classify)
-from .noise import from_cumulative, log_moments
+from .noise import from_cumulative, log_moments, opened
 from .upstreams import new_upstream_shares
 
 #: The families whose log values the noise gate reads (noise.py), by the decision's key; the
@@ -190,9 +190,13 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
             setattr(w, key, models.get(model, {}))
     for key, future in logged.items():
         for route, buckets in _buckets(future.result(), window).items():
-            moments = log_moments(buckets)
-            if route in out and moments is not None:
-                out[route].logs[key] = moments
+            if route not in out:
+                continue
+            for name, part in ((key, buckets), *(((OPENED, opened(buckets)),)
+                                                  if key == CONNECT else ())):
+                moments = log_moments(part)
+                if moments is not None:
+                    out[route].logs[name] = moments
     return out
 
 
