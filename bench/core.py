@@ -17,6 +17,7 @@ from exporter._internal import names, runtime
 from exporter._internal.config.loader import load
 from exporter._internal.config.settings import Config
 from exporter._internal.expose.text import Renderer
+from exporter._internal.expose.textformat import TEXT
 from exporter._internal.names import US_PER_SECOND
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
@@ -191,7 +192,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
             for _ in range(3):
                 rec._record_locked(t, _ttft_only(t))
         renderer = Renderer(rec)
-        renderer.render(scraper=True)  # every series' debut: the runs below measure after it
+        renderer.delivered(renderer.scrape(TEXT, "prom").delivery)  # every series' debut
         registry = CollectorRegistry()
 
         registry.register(runtime.collector())
@@ -204,7 +205,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
                 if k % every == 0:
                     rec.dirty.add(s)
             start = time.perf_counter()
-            body = renderer.render(scraper=scraper)
+            body = renderer.render(scraper="prom" if scraper else None)
             return (time.perf_counter() - start) * 1000, len(body)
 
         for _ in range(runs):

@@ -106,7 +106,7 @@ def test_yaml_files_name_the_line(tmp_path):
     bad.write_text("labels:\n  max_tenants: 5\n\nwindow:\n  slices: 100\n")
     with pytest.raises(ConfigError) as info:
         config_loader.load(bad)
-    assert str(info.value) == f"{bad}:5: window.slices: must be between 1 and 60"
+    assert str(info.value) == f"{bad}:5: window.slices: must be between 1 and 60, got 100"
     broken = tmp_path / "broken.yaml"
     broken.write_text("labels: [unclosed\n")
     with pytest.raises(ConfigError) as info:
@@ -164,7 +164,7 @@ def test_check_config_cli(tmp_path):
     run = subprocess.run([*CLI, "check-config", str(bad)], capture_output=True, text=True)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines() == [  # every error at once, in the file's order
-        f"{bad}:2: labels.max_tenants: must be at least 1",
+        f"{bad}:2: labels.max_tenants: must be at least 1, got 0",
         f"{bad}:3: labels.nope: unknown key (known: hash_salt, max_label_length, max_models, "
         f"max_providers, max_routes, max_series, max_tasks, max_tenants, max_upstreams, "
         f"tenant_allowlist, tenant_families, tenant_policy)",

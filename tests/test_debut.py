@@ -4,6 +4,9 @@ missing from Prometheus."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import struct
 import time
 import urllib.request
 from urllib.parse import urlparse
@@ -12,18 +15,20 @@ import pytest
 
 import exporter
 from exporter._internal import names, runtime
-from exporter._internal.expose import server
+from exporter._internal.expose import protobuf, server
 from exporter._internal.expose.debut import SCRAPER_HEADER
 from exporter._internal.expose.text import Renderer
+from exporter._internal.expose.textformat import OPENMETRICS, PROTOBUF
 from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 from tests.test_exposition import record
-from tests.test_protobuf_exposition import decode, text_samples
+from tests.test_protobuf_exposition import NATIVE_ACCEPT, decode, text_samples
 
 TTFT = names.TTFT.name
 
 
-def scrape(url: str, scraper: bool) -> dict[tuple[str, tuple], float]:
-    headers = {SCRAPER_HEADER: "10"} if scraper else {}
+def scrape(url: str, scraper: bool, **headers: str) -> dict[tuple[str, tuple], float]:
+    if scraper:
+        headers[SCRAPER_HEADER] = "10"
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as response:
         return text_samples(response.read().decode())
 
@@ -76,9 +81,13 @@ def test_the_native_histogram_and_its_slo_counts_debut_at_zero_too() -> None:
                if ("tenant", "a") in ((p.name, p.value) for p in m.label)]
         return metric.histogram.sample_count, slo
 
-    count, slo = ttft(renderer.render_protobuf(scraper=True))
+    first = renderer.scrape(PROTOBUF, "prom")
+    count, slo = ttft(first.body)
     assert count == 0 and slo and not any(slo)
-    count, slo = ttft(renderer.render_protobuf(scraper=True))
+    count, slo = ttft(renderer.render_protobuf("prom"))  # the first body was not delivered
+    assert count == 0 and not any(slo)
+    renderer.delivered(first.delivery)
+    count, slo = ttft(renderer.render_protobuf("prom"))
     assert count == 1 and any(slo)
 
 
@@ -86,48 +95,140 @@ def test_series_older_than_the_renderer_continue_where_they_were() -> None:
     """An aggregator restores its state before it serves: a zero would read as a reset."""
     record(tenant="a", ttft_ms=120)
     renderer = Renderer(runtime.state().recorder)
-    samples = text_samples(renderer.render(scraper=True).decode())
+    samples = text_samples(renderer.render(scraper="prom").decode())
     assert of_tenant(samples, "a")["count"] == 1 and of_tenant(samples, "a")["requests"] == 1
 
 
 @pytest.mark.parametrize("debut", [True, False], ids=["debut", "without"])
 def test_prometheus_counts_every_first_call(debut: bool,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real Prometheus scraping every second while new tenants make their first (slow,
+    """Real Prometheus scraping every second while new tenants make their first (slow,
     cold-cache) calls: increase() over the run counts every call, and the mean TTFT by rate is
-    the true one. Without the debut (the header renamed away), one call per series is lost."""
+    the true one, in both replicas of an HA pair (one address: told apart by a `scraper`
+    parameter). Without the debut (the header renamed away), one call per series is lost."""
     require_prometheus()
     if not debut:
         monkeypatch.setattr(server, "SCRAPER_HEADER", "X-Not-Sent-By-Prometheus")
     srv = exporter.start_http_server(port=0)
+    target = urlparse(srv.base_url).netloc
+    replicas = ("a", "b") if debut else ("a",)
+    configs = [scrape_config(target).replace(
+        "    static_configs:", f"    params: {{scraper: [{name}]}}\n    static_configs:")
+        for name in replicas]
+    tenants = [f"t{i}" for i in range(4)]
+    calls = sum(i % 3 + 2 for i in range(len(tenants)))
     try:
-        with PrometheusServer(scrape_config(urlparse(srv.base_url).netloc)) as prom:
-            prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
-            tenants = [f"t{i}" for i in range(4)]
+        with contextlib.ExitStack() as stack:
+            proms = [stack.enter_context(PrometheusServer(config)) for config in configs]
+            for prom in proms:
+                prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
             for i, tenant in enumerate(tenants):  # each tenant: a cold first call, then warm
                 record(tenant=tenant, ttft_ms=900)
                 time.sleep(1.1)  # a scrape (or two) sees the series with this call only
                 for _ in range(i % 3 + 1):
                     record(tenant=tenant, ttft_ms=90)
-            calls = sum(i % 3 + 2 for i in range(len(tenants)))
             time.sleep(3)  # two scrapes past the last call
-            stamp = float(prom.query(f'timestamp(up{{job="ttft-exporter"}})')[0]["value"][1])
-            window = f"{int(time.time() - stamp) + 60}s"
-
-            def value(expr: str) -> float:
-                return float(prom.query(expr, at=stamp)[0]["value"][1])
-
-            counted = value(f"sum(increase({TTFT}_count[{window}]))")
-            requests = value(f"sum(increase({names.REQUESTS_TOTAL}[{window}]))")
-            mean = value(f"sum(increase({TTFT}_sum[{window}])) / "
-                         f"sum(increase({TTFT}_count[{window}]))")
+            seen = [counted_by(prom) for prom in proms]
     finally:
         srv.stop()
     first = len(tenants)
     true_mean = (first * 0.9 + (calls - first) * 0.09) / calls
-    if debut:
-        assert counted == pytest.approx(calls) and requests == pytest.approx(calls)
-        assert mean == pytest.approx(true_mean, rel=1e-3)
-    else:  # each tenant's first call, the slow one, is missing (the rest extrapolated)
-        assert counted < calls - first / 2 and requests < calls - first / 2
-        assert mean < 0.6 * true_mean
+    for counted, requests, mean in seen:
+        if debut:
+            assert counted == pytest.approx(calls) and requests == pytest.approx(calls)
+            assert mean == pytest.approx(true_mean, rel=1e-3)
+        else:  # each tenant's first call, the slow one, is missing (the rest extrapolated)
+            assert counted < calls - first / 2 and requests < calls - first / 2
+            assert mean < 0.6 * true_mean
+
+
+def counted_by(prom: PrometheusServer) -> tuple[float, float, float]:
+    """(TTFT count, requests, mean TTFT) this Prometheus counted by increase() over the run."""
+    stamp = float(prom.query('timestamp(up{job="ttft-exporter"})')[0]["value"][1])
+    window = f"{int(time.time() - stamp) + 60}s"
+
+    def value(expr: str) -> float:
+        return float(prom.query(expr, at=stamp)[0]["value"][1])
+
+    return (value(f"sum(increase({TTFT}_count[{window}]))"),
+            value(f"sum(increase({names.REQUESTS_TOTAL}[{window}]))"),
+            value(f"sum(increase({TTFT}_sum[{window}])) / sum(increase({TTFT}_count[{window}]))"))
+
+
+def test_a_scrape_that_fails_after_rendering_uses_up_no_debut() -> None:
+    """The scraper sends its request and resets the connection (as on its timeout): the body
+    rendered for it never arrives, so its next scrape still shows the new series at zero."""
+    srv = exporter.start_http_server(port=0)
+    try:
+        record(tenant="a", ttft_ms=120)
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+                sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{SCRAPER_HEADER}: 10\r\n"
+                             "\r\n".encode())
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 0
+        assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 1
+        # a body delivered after the timeout the scraper announced: it gave up, no debut used
+        record(tenant="b", ttft_ms=120)
+        with urllib.request.urlopen(urllib.request.Request(
+                srv.url, headers={SCRAPER_HEADER: "0"})) as response:
+            assert of_tenant(text_samples(response.read().decode()), "b")["count"] == 0
+        assert of_tenant(scrape(srv.url, scraper=True), "b")["count"] == 0
+        assert of_tenant(scrape(srv.url, scraper=True), "b")["count"] == 1
+    finally:
+        srv.stop()
+
+
+def test_a_protobuf_render_that_falls_back_to_text_keeps_the_debut(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protobuf render fails after choosing its zeros: the text served instead shows the
+    new series at zero, and the next scrape its value."""
+    srv = exporter.start_http_server(port=0)
+    try:
+        record(tenant="a", ttft_ms=120)
+
+        def broken(family: object) -> bytes:
+            raise RuntimeError("a bug in the last step of the protobuf render")
+
+        monkeypatch.setattr(protobuf, "small_family", broken)
+        fell_back = scrape(srv.url, scraper=True, Accept=NATIVE_ACCEPT)
+        assert of_tenant(fell_back, "a")["count"] == 0
+        assert fell_back[(names.SELF_DROPS, (("reason", "internal_error"),))] == 1
+        assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 1
+    finally:
+        srv.stop()
+
+
+def test_each_scraper_has_its_own_debut() -> None:
+    """Two scrapers (addresses, or a `scraper` query parameter: Prometheus replicas behind
+    one address) each see a new series at zero once; a person never does; a scraper that
+    first comes after the series reached another one sees its value (it would otherwise count
+    every series' whole history as new)."""
+    srv = exporter.start_http_server(port=0)
+    try:
+        replica = {name: f"{srv.url}?scraper={name}" for name in ("a", "b")}
+        for url in replica.values():
+            scrape(url, scraper=True)
+        record(tenant="a", ttft_ms=120)
+        assert of_tenant(scrape(replica["a"], scraper=True), "a")["count"] == 0
+        assert of_tenant(scrape(srv.url, scraper=False), "a")["count"] == 1
+        assert of_tenant(scrape(replica["a"], scraper=True), "a")["count"] == 1
+        assert of_tenant(scrape(replica["b"], scraper=True), "a")["count"] == 0
+        assert of_tenant(scrape(replica["b"], scraper=True), "a")["count"] == 1
+        assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 1  # a late one
+        record(tenant="b", ttft_ms=120)
+        assert of_tenant(scrape(srv.url, scraper=True), "b")["count"] == 0  # ... from now on
+    finally:
+        srv.stop()
+
+
+def test_an_exemplar_recorded_before_the_first_scrape_is_served_with_the_debut() -> None:
+    renderer = runtime.state().renderer
+    record(tenant="a", ttft_ms=120, trace_id="f" * 32)
+    debut = renderer.scrape(OPENMETRICS, "prom")
+    line, = (line for line in debut.body.decode().splitlines()
+             if line.startswith(f"{TTFT}_bucket") and 'tenant="a"' in line and "trace_id" in line)
+    assert line.split(" # ")[0].endswith(" 0.0") and 'trace_id="' + "f" * 32 in line
+    ttft = decode(renderer.scrape(PROTOBUF, "prom").body)[TTFT]
+    exemplars = [e.label[0].value for m in ttft.metric for e in m.histogram.exemplars]
+    assert exemplars == ["f" * 32] and ttft.metric[0].histogram.sample_count == 0

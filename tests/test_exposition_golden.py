@@ -80,8 +80,8 @@ def test_text_format_golden_bytes():
         "events after the first.\n"
         "# TYPE llm_client_inter_token_latency_seconds histogram\n")
     assert blocks["llm_client_requests_total"] == (
-        "# HELP llm_client_requests_total LLM calls by outcome (ok, error, cancelled, timeout, "
-        "abandoned).\n"
+        "# HELP llm_client_requests_total LLM calls by outcome (ok, client_error, rate_limited, "
+        "provider_error, timeout, connection_error, error, cancelled, abandoned).\n"
         "# TYPE llm_client_requests_total counter\n"
         'llm_client_requests_total{model="m",outcome="ok",provider="p",route="r",tenant="t"} '
         "1.0\n")
@@ -113,8 +113,8 @@ def test_openmetrics_golden_bytes():
         f"{TTFT}_sum{{{LABELS}}} 0.05\n")
     # a counter's family name has no _total in OpenMetrics; its sample keeps it
     assert blocks["llm_client_requests"] == (
-        "# HELP llm_client_requests LLM calls by outcome (ok, error, cancelled, timeout, "
-        "abandoned).\n"
+        "# HELP llm_client_requests LLM calls by outcome (ok, client_error, rate_limited, "
+        "provider_error, timeout, connection_error, error, cancelled, abandoned).\n"
         "# TYPE llm_client_requests counter\n"
         'llm_client_requests_total{model="m",outcome="ok",provider="p",route="r",tenant="t"} '
         "1.0\n")

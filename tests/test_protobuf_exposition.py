@@ -15,7 +15,7 @@ from bench.accuracy import native_buckets
 from exporter._internal import names, runtime
 from exporter._internal.config.loader import load
 from exporter._internal.config.settings import ConfigError
-from exporter._internal.expose import textformat
+from exporter._internal.expose import protobuf, textformat
 from exporter._internal.expose.proto import metrics_pb2 as pb
 from exporter._internal.expose.server import OPENMETRICS, PROTOBUF, TEXT, negotiate
 from exporter._internal.expose.textformat import PROTOBUF_CONTENT_TYPE, TEXT_CONTENT_TYPE
@@ -198,12 +198,10 @@ def test_an_encoder_failure_serves_text_and_counts_a_drop(monkeypatch) -> None:
     server = exporter.start_http_server(port=0)
     try:
         populate()
-        renderer = runtime.state().renderer
-
-        def broken() -> bytes:
+        def broken(family: object) -> bytes:
             raise RuntimeError("bug")
 
-        monkeypatch.setattr(renderer, "render_protobuf", broken)
+        monkeypatch.setattr(protobuf, "small_family", broken)
         status, headers, body = get(server.url, Accept=NATIVE_ACCEPT)
         assert status == 200 and headers["Content-Type"] == TEXT_CONTENT_TYPE
         assert f'{names.SELF_DROPS}{{reason="internal_error"}} 1.0'.encode() in body

@@ -316,16 +316,17 @@ def test_same_objects_pass_through(server, instrumented):
     assert all(a is b for a, b in zip(got, produced))
 
 
-@pytest.mark.parametrize("status,error", [(429, openai.RateLimitError),
-                                          (500, openai.InternalServerError)])
+@pytest.mark.parametrize("status,error,outcome", [
+    (429, openai.RateLimitError, names.RATE_LIMITED),
+    (500, openai.InternalServerError, names.PROVIDER_ERROR)])
 @timing
-def test_http_errors_are_reraised_untouched(server, recorded, status, error):
+def test_http_errors_are_reraised_untouched(server, recorded, status, error, outcome):
     c = client(server)
     with pytest.raises(error) as caught:
         chat_stream(c, status=status, server_wait=0.03)
     assert type(caught.value) is error and caught.value.status_code == status
     t = recorded.one()
-    assert t.outcome == names.ERROR and t.first_token is None
+    assert t.outcome == outcome and t.first_token is None
     assert_near(derive(t).phases["server"], 0.03, "server")
 
 
@@ -334,7 +335,7 @@ def test_retries_are_one_call(server, recorded):
     with pytest.raises(openai.InternalServerError):
         c.chat.completions.create(model="m", messages=MESSAGES, extra_headers=script(status=500))
     t = recorded.one()
-    assert t.outcome == names.ERROR
+    assert t.outcome == names.PROVIDER_ERROR
 
 
 def test_mid_stream_disconnect(server, recorded):
@@ -344,7 +345,7 @@ def test_mid_stream_disconnect(server, recorded):
         for chunk in chat_stream(c, tokens=8, gap=0.01, disconnect_after=3):
             got.append(chunk)
     t = recorded.one()
-    assert t.outcome == names.ERROR and len(t.token_times) == 3 and len(got) == 4
+    assert t.outcome == names.CONNECTION_ERROR and len(t.token_times) == 3 and len(got) == 4
 
 
 @timing

@@ -1,11 +1,9 @@
 """Derived metrics over synthetic timelines (stamps in ns; derived values in us)."""
 
-import asyncio
-
 import pytest
 
 from exporter._internal import names
-from exporter._internal.record.timeline import CallTimeline, derive, outcome_of, phases
+from exporter._internal.record.timeline import CallTimeline, derive, phases
 
 MS = 1_000_000  # ns
 
@@ -89,15 +87,3 @@ def test_out_of_order_stamps_are_not_derived():
     t = timeline(sent=10, headers=5)
     assert "server" not in phases(t)
 
-
-class APITimeoutError(Exception):
-    """Named like openai's: recognised without importing the SDK."""
-
-
-@pytest.mark.parametrize("exc, outcome", [
-    (None, names.OK), (ValueError(), names.ERROR), (TimeoutError(), names.TIMEOUT),
-    (APITimeoutError(), names.TIMEOUT), (asyncio.CancelledError(), names.CANCELLED),
-    (GeneratorExit(), names.ABANDONED),
-])
-def test_outcome_of(exc, outcome):
-    assert outcome_of(exc) == outcome

@@ -81,7 +81,7 @@ def test_anthropic_error_span(server, instrumented, spans):
     assert sdk_span.parent.span_id == span.context.span_id
     assert span.status.status_code.name == "ERROR"
     assert span.attributes[names.ATTR_ERROR_TYPE] == "RateLimitError"
-    assert span.attributes[names.ATTR_OUTCOME] == names.ERROR
+    assert span.attributes[names.ATTR_OUTCOME] == names.RATE_LIMITED
     assert span.attributes[names.ATTR_PROVIDER] == "anthropic"
 
 

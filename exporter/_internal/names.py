@@ -46,11 +46,26 @@ PHASES: tuple[str, ...] = ("queue", "connect", "send", "server", "prefill", "rea
 
 # --- outcomes ------------------------------------------------------------------------------------
 OK = "ok"
+#: The provider refused the request as the caller's mistake (a 4xx other than 408 and 429:
+#: bad request, authentication, not found, unprocessable, too large).
+CLIENT_ERROR = "client_error"
+#: The provider said "too many requests" (429): the caller's quota, told apart from a failure.
+RATE_LIMITED = "rate_limited"
+#: The provider failed or was overloaded (5xx, Anthropic's 529, an error event mid-stream).
+PROVIDER_ERROR = "provider_error"
+TIMEOUT = "timeout"
+#: The connection could not be made or broke (refused, reset, cut mid-stream).
+CONNECTION_ERROR = "connection_error"
+#: Any other exception: none of the classes above recognised it.
 ERROR = "error"
 CANCELLED = "cancelled"
-TIMEOUT = "timeout"
 ABANDONED = "abandoned"
-OUTCOMES: tuple[str, ...] = (OK, ERROR, CANCELLED, TIMEOUT, ABANDONED)
+OUTCOMES: tuple[str, ...] = (OK, CLIENT_ERROR, RATE_LIMITED, PROVIDER_ERROR, TIMEOUT,
+                             CONNECTION_ERROR, ERROR, CANCELLED, ABANDONED)
+#: The outcomes that are the provider's failures (or may be: an unrecognised exception): the
+#: error objective and its pages count these; the caller's own (client_error, rate_limited,
+#: cancelled, abandoned) never spend the provider's budget.
+PROVIDER_FAILURES: tuple[str, ...] = (PROVIDER_ERROR, TIMEOUT, CONNECTION_ERROR, ERROR)
 
 # --- token kinds ---------------------------------------------------------------------------------
 CONTENT = "content"
@@ -240,7 +255,7 @@ SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
 SELF_LABEL_FOLDS = "ttft_exporter_label_folds_total"  # {label}
 SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
 SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
-SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow
+SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow, shed
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).
 DROP_SERIES_LIMIT = "series_limit"
@@ -304,7 +319,8 @@ class Counter:
 
 
 REQUESTS = Counter(
-    REQUESTS_TOTAL, "LLM calls by outcome (ok, error, cancelled, timeout, abandoned).",
+    REQUESTS_TOTAL, "LLM calls by outcome (ok, client_error, rate_limited, provider_error, "
+    "timeout, connection_error, error, cancelled, abandoned).",
     (MODEL, OUTCOME, PROVIDER, ROUTE, TENANT), counts_folds=(MODEL, PROVIDER, ROUTE, TENANT),
     wire="requests")
 IN_FLIGHT = Counter(
@@ -370,8 +386,9 @@ REJECT_UNAUTHORIZED = "unauthorized"
 REJECT_TOO_LARGE = "too_large"
 REJECT_MALFORMED = "malformed"
 REJECT_INCOMPATIBLE = "incompatible"
+REJECT_EVICTED = "evicted"  # a retry from a worker whose applied seqs were evicted
 REJECT_REASONS: tuple[str, ...] = (REJECT_UNAUTHORIZED, REJECT_TOO_LARGE, REJECT_MALFORMED,
-                                   REJECT_INCOMPATIBLE)
+                                   REJECT_INCOMPATIBLE, REJECT_EVICTED)
 PUSH_APPLIED = "applied"
 PUSH_DUPLICATE = "duplicate"
 PUSH_RESULTS: tuple[str, ...] = (PUSH_APPLIED, PUSH_DUPLICATE)

@@ -59,8 +59,9 @@ SLI_WINDOWS: tuple[int, ...] = (300, 1800, 3600, 7200, 21600, 86400, 259200)
 #: `alerting.tenant_window_seconds`).
 REGRESSION_WINDOW = 3600
 
-#: Outcomes that spend the error objective; `cancelled` and `abandoned` are the caller's choice.
-ERROR_OUTCOMES = (names.ERROR, names.TIMEOUT)
+#: Outcomes that spend the error objective: the provider's failures (names.PROVIDER_FAILURES);
+#: the caller's own (a 4xx, its 429s, cancelling, abandoning) never do.
+ERROR_OUTCOMES = names.PROVIDER_FAILURES
 
 #: SLI kind -> histogram family whose SLO threshold is a bucket boundary.
 LATENCY_SLIS: dict[str, names.Family] = dict(names.SLO_FAMILIES)

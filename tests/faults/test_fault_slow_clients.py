@@ -25,11 +25,12 @@ from exporter._internal.record.timeline import CallTimeline
 LIMITS = ServerConfig(max_connections=20, header_timeout_seconds=1.0, body_timeout_seconds=1.0)
 
 
-def serving(config: Config = Config()) -> tuple[ExporterServer, Aggregator]:
-    agg = Aggregator(replace(config, server=LIMITS))
+def serving(config: Config = Config(), limits: ServerConfig = LIMITS
+            ) -> tuple[ExporterServer, Aggregator]:
+    agg = Aggregator(replace(config, server=limits))
     renderer = Renderer(agg.recorder, agg.families)
     server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0,
-                            config=LIMITS).start()
+                            config=limits).start()
     return server, agg
 
 
@@ -51,26 +52,70 @@ def closed_by_peer(sock: socket.socket, within: float) -> bool:
         return False
 
 
-def test_trickling_headers_and_too_many_connections_are_closed_and_counted():
+def trickling(host: str, port: int, source: str = "127.0.0.1",
+              request: bytes = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ") -> socket.socket:
+    """A connection from `source` that sends `request` (by default, half its headers)."""
+    s = socket.socket()
+    s.bind((source, 0))
+    s.connect((host, port))
+    s.sendall(request)
+    return s
+
+
+def closed_since(before: dict[str, int]) -> dict[str, int]:
+    return {reason: n - before[reason] for reason, n in connection_guard.CLOSED.items()}
+
+
+def test_trickling_headers_are_shed_oldest_first_then_closed_and_counted():
     before = dict(connection_guard.CLOSED)
     server, _ = serving()
-    host, port = "127.0.0.1", server.port
     clients = []
     try:
-        for _ in range(30):  # 20 may open, 10 are closed at once
-            s = socket.create_connection((host, port))
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # never finished
-            clients.append(s)
-        deadline = time.monotonic() + 10
-        while connection_guard.CLOSED["limit"] - before["limit"] < 10:
-            assert time.monotonic() < deadline, connection_guard.CLOSED
-            time.sleep(0.02)  # poll
-        for s in clients:  # every trickling client is closed once its header time is up
+        for _ in range(30):  # 20 may be open: each one past them sheds the oldest idle one
+            clients.append(trickling("127.0.0.1", server.port))
+        for s in clients[:10]:
+            assert closed_by_peer(s, within=5)
+        for s in clients[10:]:  # every trickling client is closed once its header time is up
             assert closed_by_peer(s, within=10)
-        assert connection_guard.CLOSED["slow"] - before["slow"] == 20
+        assert closed_since(before) == {"limit": 0, "shed": 10, "slow": 20}
         assert healthz(server)  # the slots are free again
     finally:
         for s in clients:
+            s.close()
+        server.stop()
+
+
+def test_the_client_holding_most_connections_is_shed_first():
+    before = dict(connection_guard.CLOSED)
+    server, _ = serving(limits=replace(LIMITS, header_timeout_seconds=30))
+    heavy = [trickling("127.0.0.1", server.port, "127.0.0.2") for _ in range(15)]
+    light = [trickling("127.0.0.1", server.port) for _ in range(5)]
+    try:
+        time.sleep(0.3)  # (all 20 admitted)
+        assert healthz(server)  # from 127.0.0.1, which holds fewer: 127.0.0.2's oldest goes
+        assert closed_by_peer(heavy[0], within=5)
+        assert not any(closed_by_peer(s, within=0.1) for s in heavy[1:] + light)
+        assert closed_since(before)["shed"] == 1
+    finally:
+        for s in heavy + light:
+            s.close()
+        server.stop()
+
+
+def test_a_new_connection_is_closed_when_every_slot_is_inside_a_handler():
+    before = dict(connection_guard.CLOSED)
+    server, _ = serving()
+    push_head = (b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ttft-delta\r\n"
+                 b"Content-Length: 1000\r\n\r\nabc")  # the body never comes: 408 after 1 s
+    busy = [trickling("127.0.0.1", server.port, request=push_head) for _ in range(20)]
+    try:
+        time.sleep(0.5)  # (their handlers are reading the body)
+        extra = trickling("127.0.0.1", server.port)
+        assert closed_by_peer(extra, within=2)
+        assert closed_since(before)["limit"] == 1 and closed_since(before)["shed"] == 0
+        extra.close()
+    finally:
+        for s in busy:
             s.close()
         server.stop()
 

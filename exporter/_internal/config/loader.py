@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-from .. import names
+from .bounds import BOUNDS, OBJECTIVES
 from .settings import (SLO, AggregatorConfig, AlertingConfig, Config, ConfigError, DashboardsConfig,
                        HistogramConfig, LabelConfig, Objective, OtelConfig, PushConfig,
                        ServerConfig, WindowConfig)
@@ -34,7 +33,6 @@ _SECTIONS: dict[str, type] = {
     "window": WindowConfig, "alerting": AlertingConfig, "dashboards": DashboardsConfig,
     "push": PushConfig, "aggregator": AggregatorConfig, "otel": OtelConfig,
 }
-_OBJECTIVES = ("ttft", "first_answer_token", "stall", "errors")
 #: More values than this in a config (after YAML aliases are expanded) is not a config.
 MAX_VALUES = 20_000
 _INVALID = object()
@@ -233,14 +231,14 @@ def _slos(value: Any, report: _Report) -> tuple[SLO, ...]:
                     kwargs[key] = item
                 else:
                     report.type_error(sub, f"expected a string, got {_kind(item)}")
-            elif key in _OBJECTIVES:
+            elif key in OBJECTIVES:
                 if isinstance(item, Mapping):
                     kwargs[key] = _section(Objective, item, sub, report, getattr(base, key))
                 else:
                     report.type_error(sub, f"expected a mapping with target and "
                                            f"threshold_seconds, got {_kind(item)}")
             else:
-                report.type_error(sub, f"unknown key (known: {', '.join(sorted(_OBJECTIVES))}, "
+                report.type_error(sub, f"unknown key (known: {', '.join(sorted(OBJECTIVES))}, "
                                        f"model, route)")
         slo = replace(base, **{"model": "", "route": "", **kwargs})
         if i:
@@ -254,40 +252,16 @@ def _slos(value: Any, report: _Report) -> tuple[SLO, ...]:
 
 
 def _check(config: Config, e: _Report) -> None:
-    """Cross-field validation of an already typed config."""
-    lab = config.labels
-    e.check(lab.tenant_policy not in ("raw", "hash", "allowlist"), "labels.tenant_policy",
-            f"must be one of raw, hash, allowlist; got {_short(lab.tenant_policy)}")
-    for key in ("max_tenants", "max_series", "max_models", "max_routes", "max_providers",
-                "max_upstreams", "max_tasks"):
-        e.check(getattr(lab, key) < 1, f"labels.{key}", "must be at least 1")
-    e.check(lab.max_label_length < 8, "labels.max_label_length", "must be at least 8")
-    for i, name in enumerate(lab.tenant_families):
-        family = names.HISTOGRAMS_BY_NAME.get(name)
-        e.check(family is None or names.MODEL not in family.base,
-                f"labels.tenant_families[{i}]",
-                f"not a histogram family of LLM calls: {_short(name)}")
-    server = config.server
-    e.check(not 0 <= server.port <= 65535, "server.port",
-            f"must be between 0 (any free port) and 65535, got {server.port}")
-    e.check(server.max_connections < 1, "server.max_connections", "must be at least 1")
-    for key in ("header_timeout_seconds", "body_timeout_seconds"):
-        e.check(not 0 < getattr(server, key) <= 3600, f"server.{key}",
-                "must be positive and at most 3600")
+    """Every value against its bound (bounds.py), then the checks between values."""
+    for path, bound in BOUNDS.items():
+        if not path.startswith("slos"):
+            for at, value in _values(config, path):
+                e.check(not bound.accepts(value), at, f"{bound.reason()}, got {_short(value)}")
     hist = config.histograms
-    e.check(not 1 <= hist.significant_digits <= 3, "histograms.significant_digits",
-            "must be 1, 2 or 3")
-    e.check(hist.max_seconds < 1, "histograms.max_seconds", "must be at least 1")
-    e.check(hist.max_tokens < 1000, "histograms.max_tokens", "must be at least 1000")
-    e.check(not -4 <= hist.native_schema <= 8, "histograms.native_schema",
-            f"must be between -4 and 8 (Prometheus' exponential schemas), got "
-            f"{hist.native_schema}")
-    e.check(hist.native_max_buckets < 8, "histograms.native_max_buckets", "must be at least 8")
     for key in ("seconds_buckets", "token_buckets"):
         bounds = getattr(hist, key)
-        e.check(not bounds, f"histograms.{key}", "must not be empty")
-        e.check(bool(bounds) and (list(bounds) != sorted(set(bounds)) or bounds[0] <= 0),
-                f"histograms.{key}", "must be positive and strictly increasing")
+        e.check(list(bounds) != sorted(set(bounds)), f"histograms.{key}",
+                "must be strictly increasing")
     # The default layout reaches 3600 s; with a smaller max_seconds it is cut there
     # (Config.seconds_buckets), so only buckets the user wrote can exceed it.
     if hist.seconds_buckets and hist.seconds_buckets[-1] > hist.max_seconds and \
@@ -296,32 +270,42 @@ def _check(config: Config, e: _Report) -> None:
         e.check(True, at, f"the largest bucket ({hist.seconds_buckets[-1]:g} s) exceeds "
                           f"histograms.max_seconds ({hist.max_seconds:g} s)",
                 ("histograms.seconds_buckets", "histograms.max_seconds"))
-    win = config.window
-    e.check(win.seconds < 1, "window.seconds", f"must be at least 1, got {win.seconds:g}")
-    e.check(not 1 <= win.slices <= 60, "window.slices", "must be between 1 and 60")
-    for i, q in enumerate(win.quantiles):
-        e.check(not 0 < q < 1, f"window.quantiles[{i}]",
-                f"must be strictly between 0 and 1, got {q:g}")
     _check_slos(config, e)
-    _check_alerting(config.alerting, e)
-    e.check(config.dashboards.histograms not in ("classic", "native"), "dashboards.histograms",
-            f"must be classic or native, got {_short(config.dashboards.histograms)}")
-    e.check(bool(config.push_url) and not config.push_url.startswith(("http://", "https://")),
-            "push_url", "must be an http:// or https:// URL")
-    _check_push(config.push, config.aggregator, e)
+    agg = config.aggregator
+    e.check(agg.max_decompressed_bytes < agg.max_body_bytes,
+            e.blame("aggregator.max_decompressed_bytes", "aggregator.max_body_bytes"),
+            "aggregator.max_decompressed_bytes must be at least aggregator.max_body_bytes",
+            ("aggregator.max_decompressed_bytes", "aggregator.max_body_bytes"))
+    for one, other, what in (("tls_cert_file", "tls_key_file", "TLS"),
+                             ("tls_key_file", "tls_cert_file", "TLS"),
+                             ("metrics_username", "metrics_password_file", "basic auth"),
+                             ("metrics_password_file", "metrics_username", "basic auth")):
+        e.check(bool(getattr(agg, one)) and not getattr(agg, other), f"aggregator.{one}",
+                f"{what} needs aggregator.{other} too")
+
+
+def _values(config: Config, path: str) -> list[tuple[str, Any]]:
+    """(key path, value) of a bound's path: one value, or each item of a list (`[]`)."""
+    value: Any = config
+    for name in path.removesuffix("[]").split("."):
+        value = getattr(value, name)
+    if path.endswith("[]"):
+        return [(f"{path[:-2]}[{i}]", item) for i, item in enumerate(value)]
+    return [(path, value)]
 
 
 def _check_slos(config: Config, e: _Report) -> None:
     """Objectives; an override is checked only where it says something of its own."""
     max_seconds = config.histograms.max_seconds
     for i, slo in enumerate(config.slos):
-        for key in _OBJECTIVES:
+        for key in OBJECTIVES:
             objective: Objective = getattr(slo, key)
             path = f"slos[{i}].{key}"
             target, threshold = f"{path}.target", f"{path}.threshold_seconds"
             if i == 0 or target in e.written:
-                e.check(not 0 < objective.target < 1, target,
-                        f"must be strictly between 0 and 1, got {objective.target:g}")
+                bound = BOUNDS[f"slos[].{key}.target"]
+                e.check(not bound.accepts(objective.target), target,
+                        f"{bound.reason()}, got {objective.target:g}")
             t = objective.threshold_seconds
             if key == "errors":
                 e.check(t is not None, threshold, "the error objective has none")
@@ -332,61 +316,6 @@ def _check_slos(config: Config, e: _Report) -> None:
                 e.check(t is None or not 0 < t <= max_seconds, threshold,
                         f"a threshold must be positive and at most histograms.max_seconds "
                         f"({max_seconds:g} s), got {t}", ("histograms.max_seconds",))
-
-
-def _check_alerting(al: AlertingConfig, e: _Report) -> None:
-    for key in ("exporter_job", "page_severity", "ticket_severity", "service"):
-        e.check(not getattr(al, key), f"alerting.{key}", "must not be empty")
-    e.check(not al.runbook_url.startswith(("http://", "https://")), "alerting.runbook_url",
-            "must be an absolute http(s) URL")
-    for i, label in enumerate(al.group_by):
-        e.check(not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", label), f"alerting.group_by[{i}]",
-                f"not a label name: {_short(label)}")
-    e.check(any(c in al.selector for c in "{}"), "alerting.selector",
-            "label matchers only, without braces")
-    e.check(al.min_calls < 1, "alerting.min_calls", "must be at least 1")
-    e.check(al.slo_period_seconds < 86400, "alerting.slo_period_seconds",
-            "must be at least a day (86400)")
-    for key in ("window_scale", "regression_offset_seconds", "tenant_window_seconds",
-                "tenant_baseline_offset_seconds"):
-        e.check(getattr(al, key) <= 0, f"alerting.{key}", "must be positive")
-    e.check(al.regression_min_seconds < 0, "alerting.regression_min_seconds",
-            "must not be negative")
-    for key in ("regression_factor", "tenant_degraded_factor"):
-        e.check(getattr(al, key) <= 1, f"alerting.{key}", "must be greater than 1")
-    for key in ("many_tenants_share", "task_deadline_overrun_share", "truncation_share"):
-        e.check(not 0 < getattr(al, key) <= 1, f"alerting.{key}", "must be in (0, 1]")
-    for key in ("many_tenants_min", "top_tenants"):
-        e.check(getattr(al, key) < 1, f"alerting.{key}", "must be at least 1")
-    e.check(not re.fullmatch(r"[1-9][0-9]*[smhd]", al.dashboard_refresh),
-            "alerting.dashboard_refresh",
-            f"must be a Grafana interval such as 30s or 1m, got {_short(al.dashboard_refresh)}")
-
-
-def _check_push(push: PushConfig, agg: AggregatorConfig, e: _Report) -> None:
-    """Numbers of the push and aggregator sections; files are checked when serve starts."""
-    for key in ("interval_seconds", "timeout_seconds"):
-        e.check(not 0 < getattr(push, key) <= 3600, f"push.{key}",
-                "must be positive and at most 3600")
-    e.check(not 0 <= push.exit_timeout_seconds <= 60, "push.exit_timeout_seconds",
-            "must be between 0 and 60")
-    e.check(push.max_pending_bytes < 2**16, "push.max_pending_bytes", "must be at least 65536")
-    e.check(agg.max_body_bytes < 2**10, "aggregator.max_body_bytes", "must be at least 1024")
-    e.check(agg.max_decompressed_bytes < agg.max_body_bytes,
-            e.blame("aggregator.max_decompressed_bytes", "aggregator.max_body_bytes"),
-            "aggregator.max_decompressed_bytes must be at least aggregator.max_body_bytes",
-            ("aggregator.max_decompressed_bytes", "aggregator.max_body_bytes"))
-    e.check(agg.gauge_ttl_seconds < 0, "aggregator.gauge_ttl_seconds", "must not be negative")
-    e.check(agg.max_workers < 1, "aggregator.max_workers", "must be at least 1")
-    e.check(agg.snapshot_interval_seconds <= 0, "aggregator.snapshot_interval_seconds",
-            "must be positive")
-    for one, other, what in (("tls_cert_file", "tls_key_file", "TLS"),
-                             ("tls_key_file", "tls_cert_file", "TLS"),
-                             ("metrics_username", "metrics_password_file", "basic auth"),
-                             ("metrics_password_file", "metrics_username", "basic auth")):
-        e.check(bool(getattr(agg, one)) and not getattr(agg, other), f"aggregator.{one}",
-                f"{what} needs aggregator.{other} too")
-    e.check(":" in agg.metrics_username, "aggregator.metrics_username", "must not contain ':'")
 
 
 def _kind(value: Any) -> str:

@@ -48,9 +48,10 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ServerConfig:
-    addr: str = "127.0.0.1"
-    port: int = 9469
-    max_connections: int = 256  # past it a new connection is closed at once (counted)
+    addr: str = "127.0.0.1"  # address /metrics (and /push) listen on
+    port: int = 9469  # 0: any free port
+    max_connections: int = 256  # past it an idle connection is shed (or the new one closed)
+    max_connections_per_client: int = 64  # per client address; past it its oldest idle is shed
     header_timeout_seconds: float = 10.0  # for a complete request's headers (else closed)
     body_timeout_seconds: float = 30.0  # for a /push body (else 408)
 
@@ -60,8 +61,8 @@ class LabelConfig:
     """Label guard: how tenant values are kept and how many series may exist."""
 
     tenant_policy: str = "raw"  # raw | hash | allowlist
-    tenant_allowlist: tuple[str, ...] = ()
-    hash_salt: str = ""
+    tenant_allowlist: tuple[str, ...] = ()  # tenant_policy allowlist: the tenants kept as is
+    hash_salt: str = ""  # tenant_policy hash: salt of the tenant hash
     max_tenants: int = 100  # distinct tenants per (model, route); the rest fold into __other__
     max_series: int = 20000  # ceiling of every family's series (and of all tenant values)
     max_models: int = 100  # distinct models; the rest fold into __other__
@@ -70,18 +71,19 @@ class LabelConfig:
     #: distinct upstreams (address, region, fingerprint) per model; the rest fold into __other__
     max_upstreams: int = 16
     max_tasks: int = 100  # distinct agent task names; the rest fold into __other__
-    max_label_length: int = 128
-    #: Families that carry ``tenant`` besides the user-facing ones (names.Family.tenant_by_default).
+    max_label_length: int = 128  # longer label values are cut to this length
+    #: Families that carry `tenant` besides the user-facing ones (names.Family.tenant_by_default).
     tenant_families: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class HistogramConfig:
-    significant_digits: int = 2
-    max_seconds: float = 3600.0
-    max_tokens: int = 10_000_000
+    significant_digits: int = 2  # HDR precision: 2 keeps every value within 1 %
+    max_seconds: float = 3600.0  # largest duration recorded exactly (larger: clamped)
+    max_tokens: int = 10_000_000  # largest token count recorded exactly (larger: clamped)
+    #: Classic `le` bounds of the duration families (the SLO thresholds are added).
     seconds_buckets: tuple[float, ...] = DEFAULT_SECONDS_BUCKETS
-    token_buckets: tuple[float, ...] = DEFAULT_TOKEN_BUCKETS
+    token_buckets: tuple[float, ...] = DEFAULT_TOKEN_BUCKETS  # classic `le` of the token families
     #: Schema of the native buckets served over protobuf (-4..8; 2^schema buckets per power
     #: of two). 5: buckets 2.2 % wide, quantiles within 3 % (docs/decisions.md, native.py).
     native_schema: int = 5
@@ -97,16 +99,18 @@ class HistogramConfig:
 class WindowConfig:
     """Sliding window for the exact HDR quantiles: `slices` sub-windows of seconds/slices each."""
 
-    seconds: float = 60.0
-    slices: int = 3
-    quantiles: tuple[float, ...] = (0.5, 0.9, 0.99, 0.999)
+    seconds: float = 60.0  # length of the sliding window of the `_window` quantiles
+    slices: int = 3  # sub-windows: the window moves by seconds / slices
+    quantiles: tuple[float, ...] = (0.5, 0.9, 0.99, 0.999)  # served by the `_window` families
 
 
 @dataclass(frozen=True)
 class Objective:
     """`target` of the events must be at or under `threshold_seconds` (error objective: no threshold)."""
 
+    #: Share of the calls that must meet the objective, over `alerting.slo_period_seconds`.
     target: float = 0.99
+    #: The latency a call must be at or under to meet it (the error objective has none).
     threshold_seconds: float | None = None
 
 
@@ -114,8 +118,8 @@ class Objective:
 class SLO:
     """Objectives for one (model, route) selector; empty selector values match everything."""
 
-    model: str = ""
-    route: str = ""
+    model: str = ""  # the model this entry applies to (empty: every model)
+    route: str = ""  # the route this entry applies to (empty: every route)
     ttft: Objective = Objective(0.99, 2.0)
     first_answer_token: Objective = Objective(0.99, 10.0)
     stall: Objective = Objective(0.99, 5.0)
@@ -145,7 +149,7 @@ class AlertingConfig:
     group_by: tuple[str, ...] = ("job",)
     #: `severity` label of the page and of the ticket alerts.
     page_severity: str = "critical"
-    ticket_severity: str = "warning"
+    ticket_severity: str = "warning"  # `severity` of the ticket alerts
     #: SLO alerts stay quiet while a model and route made fewer calls than this over the
     #: alert's long window (a handful of calls cannot tell a burn rate).
     min_calls: int = 20
@@ -153,7 +157,7 @@ class AlertingConfig:
     slo_period_seconds: float = 2592000.0
     #: `sloth_service` label of the Sloth-compatible recordings.
     service: str = "llm"
-    window_scale: float = 1.0
+    window_scale: float = 1.0  # multiplies every rule window, offset and `for` (tests: < 1)
     #: "Same time last week": baseline of the TTFT p99 and connect-phase regression alerts.
     regression_offset_seconds: float = 604800.0
     regression_factor: float = 1.5  # p99 now / p99 at the offset that counts as a regression
@@ -166,7 +170,7 @@ class AlertingConfig:
     many_tenants_share: float = 0.5  # share of a (model, route)'s tenants degraded = "all tenants"
     many_tenants_min: int = 3  # fewer tenants compared than this never count as "many"
     top_tenants: int = 10  # N of the dashboards' top-N tenant panels
-    dashboard_refresh: str = "30s"
+    dashboard_refresh: str = "30s"  # the dashboards' auto-refresh interval
     #: Share of a task's runs (with a deadline) that end past it before the overrun alert.
     task_deadline_overrun_share: float = 0.05
     #: Share of a model and route's calls stopped at max_tokens before the truncation alert.
@@ -189,12 +193,12 @@ class PushConfig:
     is read from `token_file`, else from the env var TTFT_EXPORTER_PUSH_TOKEN.
     """
 
-    interval_seconds: float = 5.0
+    interval_seconds: float = 5.0  # how often a worker drains and pushes
     timeout_seconds: float = 5.0  # one HTTP attempt
     exit_timeout_seconds: float = 3.0  # at exit, retry the unacknowledged deltas this long
     #: Unacknowledged deltas kept (encoded bytes); past it the oldest is dropped and counted.
     max_pending_bytes: int = 16 * 2**20
-    token_file: str = ""
+    token_file: str = ""  # bearer token sent on /push (else env TTFT_EXPORTER_PUSH_TOKEN)
     ca_file: str = ""  # https push_url: trust this CA bundle (default: the system's)
 
 
@@ -207,18 +211,18 @@ class AggregatorConfig:
     (`metrics_token_file`) or basic auth (`metrics_username` + `metrics_password_file`) when set.
     """
 
-    push_token_file: str = ""
+    push_token_file: str = ""  # token /push requires (else env TTFT_EXPORTER_PUSH_TOKEN)
     max_body_bytes: int = 4 * 2**20  # compressed /push body
-    max_decompressed_bytes: int = 16 * 2**20
+    max_decompressed_bytes: int = 16 * 2**20  # inflated /push body
     #: A worker's gauges are dropped when it has not pushed for this long (0: 3 × its interval).
     gauge_ttl_seconds: float = 0.0
     max_workers: int = 10_000  # (worker id, last seq) entries kept for idempotent retries
     snapshot_path: str = ""  # empty: no snapshot (a restart starts counting from zero)
-    snapshot_interval_seconds: float = 30.0
-    metrics_token_file: str = ""
-    metrics_username: str = ""
+    snapshot_interval_seconds: float = 30.0  # snapshot period (and one at SIGTERM)
+    metrics_token_file: str = ""  # bearer token /metrics requires
+    metrics_username: str = ""  # basic auth /metrics requires (with metrics_password_file)
     metrics_password_file: str = ""
-    tls_cert_file: str = ""
+    tls_cert_file: str = ""  # serve HTTPS (with tls_key_file)
     tls_key_file: str = ""
 
 
@@ -242,6 +246,8 @@ class Config:
     window: WindowConfig = WindowConfig()
     #: First entry is the default; later entries override it for matching (model, route).
     slos: tuple[SLO, ...] = (SLO(),)
+    #: Worker side of multi-process mode: the aggregator's base URL (env TTFT_EXPORTER_PUSH_URL
+    #: wins); push is on when set.
     push_url: str = ""
     alerting: AlertingConfig = AlertingConfig()
     dashboards: DashboardsConfig = DashboardsConfig()

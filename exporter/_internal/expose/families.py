@@ -24,9 +24,9 @@ from .sample import sample
 _SELF_HELP = {
     names.SELF_SERIES: "Histogram series held by this exporter.",
     names.SELF_SCRAPE_DURATION: "Time the previous scrape of this exporter took to render.",
-    names.SELF_HTTP_CLOSED: "Connections the exporter's HTTP servers closed: past "
-                            "server.max_connections (limit), or too slow to send a request "
-                            "(slow).",
+    names.SELF_HTTP_CLOSED: "Connections the exporter's HTTP servers closed: too slow to send "
+                            "a request (slow), idle and shed to make room for a new one "
+                            "(shed), or new while every slot was busy (limit).",
 }
 
 

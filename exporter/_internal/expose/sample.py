@@ -37,6 +37,8 @@ def sample(family: names.Family, hist: Histogram,
     return Sample(cumulative, hist.count, family.to_unit(hist.total), exemplars, hist)
 
 
-def zero(family: names.Family, layout: Layout) -> Sample:
-    """The sample of a series that recorded nothing yet (a debut: debut.py)."""
-    return sample(family, Histogram(layout))
+def zero(family: names.Family, layout: Layout,
+         exemplars: dict[int, Exemplar] | None = None) -> Sample:
+    """The sample of a series that recorded nothing yet, with the exemplars it has (a debut:
+    debut.py; an exemplar recorded before the first scrape is served with it)."""
+    return sample(family, Histogram(layout), exemplars)

@@ -3,7 +3,8 @@
 Content negotiation follows Prometheus: the protobuf format (native histograms) when the
 Accept header prefers it (Prometheus with native histograms on does), OpenMetrics when it
 prefers that (Prometheus 2.x does by default), the 0.0.4 text format otherwise, including for
-any header it cannot parse; gzip when accepted.
+any header it cannot parse; gzip when accepted. A scrape's debuts (debut.py) are used up once
+its body is written, within the timeout the scraper announced, to a connection still open.
 Rendering runs on the server's own thread so a scrape never runs on the caller's threads.
 With an `Aggregator` (`ttft-exporter serve`) the app also takes worker pushes on `/push` and can
 require auth on `/metrics` (never on `/healthz`: probes); the renderer serves the aggregator's
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import time
 import signal
 import ssl
 import threading
@@ -26,9 +28,9 @@ from ..config.settings import ServerConfig
 from .connection_guard import Limits
 from .debut import SCRAPER_HEADER
 from .http_thread import HttpThread
-from .text import Renderer
-from .textformat import (OPENMETRICS_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE, PROTOBUF_PROTO,
-                         TEXT_CONTENT_TYPE)
+from .text import Renderer, Scrape
+from .textformat import (OPENMETRICS, OPENMETRICS_CONTENT_TYPE, PROTOBUF, PROTOBUF_CONTENT_TYPE,
+                         PROTOBUF_PROTO, TEXT, TEXT_CONTENT_TYPE)
 
 DEFAULT_PORT = 9469
 DEFAULT_ADDR = "127.0.0.1"
@@ -46,7 +48,6 @@ def wants_openmetrics(accept: str) -> bool:
     return False
 
 
-PROTOBUF, OPENMETRICS, TEXT = "protobuf", "openmetrics", "text"
 _CONTENT_TYPES = {PROTOBUF: PROTOBUF_CONTENT_TYPE, OPENMETRICS: OPENMETRICS_CONTENT_TYPE,
                   TEXT: TEXT_CONTENT_TYPE}
 _MEDIA = {"application/vnd.google.protobuf": PROTOBUF,
@@ -76,16 +77,33 @@ def negotiate(accept: str) -> str:
     return best
 
 
-def _render(renderer: Renderer, kind: str, scraper: bool) -> tuple[str, bytes]:
-    """(format, body) in the negotiated format; text when protobuf fails (never a 5xx,
-    counted)."""
+def scraper_of(request: web.Request) -> str | None:
+    """Who scrapes (debut.py): its address, and the `scraper` query parameter it sends, if
+    any; None for a request without the scraper header (a person: real values)."""
+    if SCRAPER_HEADER not in request.headers:
+        return None
+    name = request.query.get("scraper")
+    return f"{request.remote}?scraper={name}" if name else str(request.remote)
+
+
+def _render(renderer: Renderer, kind: str, scraper: str | None) -> tuple[str, Scrape]:
+    """(format, body and delivery) in the negotiated format; text when protobuf fails (never
+    a 5xx, counted; the failed render used up no debut)."""
     if kind == PROTOBUF:
         try:
-            return kind, renderer.render_protobuf(scraper)
+            return kind, renderer.scrape(kind, scraper)
         except Exception:
             renderer.recorder.count_drop(names.DROP_INTERNAL)
             kind = TEXT
-    return kind, renderer.render(kind == OPENMETRICS, scraper)
+    return kind, renderer.scrape(kind, scraper)
+
+
+def _timeout(request: web.Request) -> float:
+    """The seconds the scraper waits for its body (its header; no limit if unreadable)."""
+    try:
+        return float(request.headers.get(SCRAPER_HEADER, ""))
+    except ValueError:
+        return float("inf")
 
 
 class Extension(Protocol):
@@ -108,15 +126,30 @@ def create_app(renderer: Callable[[], Renderer], extension: Extension | None = N
                 request.headers.get("Authorization", "")):
             return web.Response(status=401, text="unauthorized\n", headers={
                 "WWW-Authenticate": extension.metrics_challenge()})
+        arrived = time.monotonic()
         kind = negotiate(request.headers.get("Accept", ""))
+        current = renderer()
         # rendered off the event loop: /healthz and pushes are answered meanwhile
-        kind, body = await asyncio.get_running_loop().run_in_executor(
-            None, _render, renderer(), kind, SCRAPER_HEADER in request.headers)
+        kind, scrape = await asyncio.get_running_loop().run_in_executor(
+            None, _render, current, kind, scraper_of(request))
+        body = scrape.body
         headers = {"Content-Type": _CONTENT_TYPES[kind]}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             body = gzip.compress(body, GZIP_LEVEL)
             headers["Content-Encoding"] = "gzip"
-        return web.Response(body=body, headers=headers)
+        response = web.Response(body=body, headers=headers)
+        if scrape.delivery is None:
+            return response
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:  # the scraper left: its debuts stay for its next scrape
+            return response
+        transport = request.transport
+        if (transport is not None and not transport.is_closing()
+                and time.monotonic() - arrived <= _timeout(request)):
+            current.delivered(scrape.delivery)
+        return response
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -138,7 +171,8 @@ class ExporterServer(HttpThread):
         """`config` bounds the connections (the defaults when None)."""
         server = config or ServerConfig()
         super().__init__(app, addr, port, name="ttft-exporter-http", ssl_context=ssl_context,
-                         limits=Limits(server.max_connections, server.header_timeout_seconds))
+                         limits=Limits(server.max_connections, server.header_timeout_seconds,
+                                       server.max_connections_per_client))
 
     @property
     def url(self) -> str:

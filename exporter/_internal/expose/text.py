@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from prometheus_client.core import Metric
 
 from .. import names
-from ..record.exemplar import LABEL as EXEMPLAR_LABEL
+from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from ..record.series import FamilyState, Series
 from ..record.store import Snapshot, Store
 from . import textformat
-from .debut import Debuts
+from .textformat import OPENMETRICS, PROTOBUF, TEXT
+from .debut import SEEN_ALL, Debuts, Delivery
 from .families import counter_families, render_family, window_help, window_quantiles
 from .sample import Sample, sample, zero
 
@@ -39,17 +40,28 @@ ExtraFamilies = Callable[[], list[Metric]]
 _Protobuf = tuple[bytes, bytes]
 
 
+class Scrape(NamedTuple):
+    """A body, and for a scraper what it shows (`Renderer.delivered` once it reached it)."""
+
+    body: bytes
+    delivery: Delivery | None
+
+
 class _Cached:
     """A series' rendered lines: the histogram (OpenMetrics differs only by exemplars), and the
     window quantiles with the slice they were computed for; the same in protobuf. `text` or
-    `protobuf` is None while stale (the series changed during a scrape of the other format)."""
+    `protobuf` is None while stale (the series changed during a scrape of the other format).
+    `born` is its birth number and `exemplars` its latest ones, for its debut (debut.py)."""
 
-    __slots__ = ("labels", "pairs", "count", "total", "text", "openmetrics", "window",
-                 "window_slice", "protobuf", "protobuf_window", "protobuf_window_slice")
+    __slots__ = ("labels", "pairs", "born", "count", "total", "exemplars", "text", "openmetrics",
+                 "window", "window_slice", "protobuf", "protobuf_window",
+                 "protobuf_window_slice")
 
-    def __init__(self, labels: str, pairs: list[tuple[str, str]]):
+    def __init__(self, labels: str, pairs: list[tuple[str, str]], born: int):
         self.labels = labels
         self.pairs = pairs
+        self.born = born
+        self.exemplars: dict[int, Exemplar] | None = None
         self.count = 0  # of the histogram sample the text shows (the window lines repeat it)
         self.total = 0.0
         self.text: str | None = ""
@@ -81,22 +93,32 @@ class Renderer:
     def reset_lock_after_fork(self) -> None:
         self._lock = threading.Lock()
 
-    def render(self, openmetrics: bool = False, scraper: bool = False) -> bytes:
-        """The text (or OpenMetrics) exposition; a `scraper` sees new series at zero first
-        (debut.py)."""
-        with self._lock:
-            started = time.perf_counter()
-            body = self._render(openmetrics, scraper)
-            self.last_scrape_seconds = time.perf_counter() - started
-            return body
+    def render(self, openmetrics: bool = False, scraper: str | None = None) -> bytes:
+        """The text (or OpenMetrics) exposition, as `scraper` sees it (see `scrape`)."""
+        return self.scrape(OPENMETRICS if openmetrics else TEXT, scraper).body
 
-    def render_protobuf(self, scraper: bool = False) -> bytes:
+    def render_protobuf(self, scraper: str | None = None) -> bytes:
         """The delimited protobuf exposition, with native histograms."""
+        return self.scrape(PROTOBUF, scraper).body
+
+    def scrape(self, kind: str, scraper: str | None) -> Scrape:
+        """The exposition in format `kind` (textformat.PROTOBUF, OPENMETRICS, TEXT). A
+        `scraper` sees at zero the series and rows born since the last body delivered to it
+        (debut.py) until `delivered` says this one reached it."""
         with self._lock:
             started = time.perf_counter()
-            body = self._render_protobuf(scraper)
+            watermark = SEEN_ALL if scraper is None else self._debuts.watermark(scraper)
+            body = (self._render_protobuf(watermark) if kind == PROTOBUF else
+                    self._render(kind == OPENMETRICS, watermark))
             self.last_scrape_seconds = time.perf_counter() - started
-            return body
+            return Scrape(body, None if scraper is None else
+                          Delivery(scraper, self._debuts.births))
+
+    def delivered(self, delivery: Delivery | None) -> None:
+        """The body of this delivery reached its scraper: its debuts are used up there."""
+        if delivery is not None:
+            with self._lock:
+                self._debuts.delivered(delivery)
 
     def _current(self, series_list: list[Series], protobuf: bool) -> list[_Cached]:
         """The cache entries of these series, rendered afresh where unseen or stale."""
@@ -107,7 +129,14 @@ class Renderer:
             self._update(self.recorder.snapshot_of(stale), protobuf, changed=False)
         return [cache[series] for series in series_list]
 
-    def _render(self, openmetrics: bool, scraper: bool) -> bytes:
+    def _debut(self, series_list: list[Series], cache: list[_Cached], watermark: int
+               ) -> set[Series] | None:
+        """Those of `series_list` born after `watermark`: this body shows them at zero."""
+        if watermark >= self._debuts.births:
+            return None
+        return {series for series, cached in zip(series_list, cache) if cached.born > watermark}
+
+    def _render(self, openmetrics: bool, watermark: int) -> bytes:
         rec = self.recorder
         changed, current_slice = rec.take_changed()
         self._update(changed)
@@ -117,9 +146,9 @@ class Renderer:
             out.append(textformat.header(fam.name, fam.help, "histogram", openmetrics))
             series_list = rec.series_of(state)
             cache = self._current(series_list, protobuf=False)
-            debut = self._debuts.take(series_list) if scraper else None
+            debut = self._debut(series_list, cache, watermark)
             if debut:
-                out.extend(self._zero_text(series, cached) if series in debut else
+                out.extend(self._zero_text(series, cached, openmetrics) if series in debut else
                            (cached.openmetrics or cached.text or "") if openmetrics else
                            (cached.text or "") for series, cached in zip(series_list, cache))
             elif openmetrics:
@@ -139,13 +168,13 @@ class Renderer:
                                                           current_slice)
                         cached.window_slice = current_slice
                     out.append(cached.window)
-        families = self._counter_families(scraper)
+        families = self._counter_families(watermark)
         out.extend(render_family(family, openmetrics) for family in families)
         if openmetrics:
             out.append("# EOF\n")
         return "".join(out).encode("utf-8")
 
-    def _render_protobuf(self, scraper: bool) -> bytes:
+    def _render_protobuf(self, watermark: int) -> bytes:
         from .protobuf import delimited, header, small_family
 
         rec = self.recorder
@@ -158,10 +187,11 @@ class Renderer:
             fam = state.family
             series_list = rec.series_of(state)
             cache = self._current(series_list, protobuf=True)
-            debut = self._debuts.take(series_list) if scraper else None
+            debut = self._debut(series_list, cache, watermark)
             parts = [c.protobuf for c in cache]
             if debut:
-                parts = [self.encoder.histogram(fam, cached.pairs, zero(fam, state.layout))
+                parts = [self.encoder.histogram(fam, cached.pairs,
+                                                zero(fam, state.layout, cached.exemplars))
                          if series in debut else part
                          for series, cached, part in zip(series_list, cache, parts)]
             out.append(delimited(header(fam.name, fam.help, "histogram"),
@@ -184,25 +214,28 @@ class Renderer:
                 out.append(delimited(header(fam.window_name, window_help(rec, fam), "summary"),
                                      windows))
         for name, fam in self.encoder.slo_families():
-            out.append(delimited(header(name, _slo_help(fam), "counter"), slo_parts[fam.name]))
-        families = self._counter_families(scraper)
+            out.append(delimited(header(name, slo_help(fam), "counter"), slo_parts[fam.name]))
+        families = self._counter_families(watermark)
         out.extend(small_family(family) for family in families)
         return b"".join(out)
 
-    def _counter_families(self, scraper: bool) -> list[Metric]:
-        """The recorder's counters and gauges (new rows at zero for a scraper), then the extra
-        families."""
+    def _counter_families(self, watermark: int) -> list[Metric]:
+        """The recorder's counters and gauges (rows born after `watermark` at zero), then the
+        extra families."""
         families = counter_families(self.recorder, self.last_scrape_seconds)
-        if scraper:
-            self._debuts.zero_new_rows(families)
+        if watermark != SEEN_ALL:
+            self._debuts.zero_new_rows(families, watermark)
         if self.extra is not None:
             families += self.extra()
         return families
 
-    def _zero_text(self, series: Series, cached: _Cached) -> str:
-        """The series' lines at zero, for its debut (debut.py); not cached."""
+    def _zero_text(self, series: Series, cached: _Cached, openmetrics: bool) -> str:
+        """The series' lines at zero, with its exemplars, for its debut (debut.py); not cached.
+        """
         family = series.state.family
-        return self._histogram_text(family, cached.labels, zero(family, series.state.layout))[0]
+        text, with_exemplars = self._histogram_text(
+            family, cached.labels, zero(family, series.state.layout, cached.exemplars))
+        return (with_exemplars or text) if openmetrics else text
 
     @property
     def encoder(self) -> Encoder:
@@ -220,10 +253,11 @@ class Renderer:
             cached = self._cache.get(series)
             if cached is None:
                 pairs = list(zip(series.state.label_names, series.values))
-                cached = self._cache[series] = _Cached(textformat.labels(pairs), pairs)
-                self._debuts.born(series)
+                cached = self._cache[series] = _Cached(textformat.labels(pairs), pairs,
+                                                       self._debuts.born(series))
             family = series.state.family
             now = sample(family, hist, exemplars)
+            cached.exemplars = exemplars
             if protobuf:
                 cached.protobuf = self.encoder.histogram(family, cached.pairs, now)
                 if changed:
@@ -276,6 +310,6 @@ class Renderer:
         return "".join(lines)
 
 
-def _slo_help(fam: names.Family) -> str:
+def slo_help(fam: names.Family) -> str:
     return (f"Calls whose {fam.name} value was at or under le seconds, at each SLO threshold "
             f"(le=\"+Inf\": every call); served with the native histogram.")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client.utils import floatToGoString
 
+#: The formats served (server.negotiate picks one per scrape).
+PROTOBUF, OPENMETRICS, TEXT = "protobuf", "openmetrics", "text"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 #: The protobuf exposition (protobuf_exposition.py): delimited MetricFamily messages.

@@ -8,7 +8,11 @@ inflating past `max_decompressed_bytes`), `malformed` (400), `incompatible` (409
 format version or histogram layout). A valid push is merged exactly into the process's recorder
 (HDR add with the straddle counts and exact sums; window slices fed at receive time; counters
 added) unless its (worker, seq) was already applied: then it is acknowledged and ignored, which
-makes the workers' retries idempotent. The in-flight gauge is the sum of each live worker's latest
+makes the workers' retries idempotent. The map is bounded (`max_workers`, least recently pushed
+evicted first): a retry that says it may have been applied (`retry`: an earlier attempt went
+unanswered) from a worker no longer in it cannot be told from a new batch once any worker was
+evicted, so it is refused (409, `evicted`): the worker gives it up and counts it, never counted
+twice. The in-flight gauge is the sum of each live worker's latest
 value; a worker's gauges expire when it stops pushing (`gauge_ttl_seconds`, default 3 × its
 interval) or at once when its last push says `final`.
 
@@ -98,6 +102,7 @@ class Aggregator:
         self.snapshot_failures = 0
         #: worker id -> the seqs applied, least recently pushed first (bounded: max_workers)
         self.applied: dict[str, Applied] = {}
+        self.evicted_workers = 0  # entries evicted from `applied` since the state began
         #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
         self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
         self._gauge_totals: dict[tuple[str, ...], int] = {}
@@ -129,6 +134,11 @@ class Aggregator:
         if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
             return 200, {"applied": False, "seq": delta.seq}
+        if delta.retry and self.evicted_workers and delta.worker not in self.applied:
+            return self.reject(names.REJECT_EVICTED,
+                               f"batch {delta.seq} may have been applied, but this worker's "
+                               f"applied batches were evicted (aggregator.max_workers): give "
+                               f"it up rather than count it twice")
         if self.files is not None:
             try:
                 self.files.append(body)
@@ -144,7 +154,7 @@ class Aggregator:
     def reject(self, reason: str, detail: str) -> tuple[int, dict[str, Any]]:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
         status = {names.REJECT_UNAUTHORIZED: 401, names.REJECT_TOO_LARGE: 413,
-                  names.REJECT_INCOMPATIBLE: 409}.get(reason, 400)
+                  names.REJECT_INCOMPATIBLE: 409, names.REJECT_EVICTED: 409}.get(reason, 400)
         return status, {"error": reason, "detail": detail}
 
     def is_duplicate(self, delta: Delta) -> bool:
@@ -164,6 +174,7 @@ class Aggregator:
         self.applied[worker] = seqs
         while len(self.applied) > self.config.aggregator.max_workers:
             del self.applied[next(iter(self.applied))]
+            self.evicted_workers += 1
         if window:  # live pushes (not a replay at start) carry the worker's current gauges
             if delta.final:
                 self._set_gauges(worker, None)
@@ -335,7 +346,8 @@ class Aggregator:
                           for worker, seqs in self.applied.items()]
         doc["self"] = {"rejected": self.rejected, "batches": self.batches,
                        "lost_batches": self.lost_batches, "push_failures": self.push_failures,
-                       "snapshot_failures": self.snapshot_failures}
+                       "snapshot_failures": self.snapshot_failures,
+                       "evicted_workers": self.evicted_workers}
         doc["written"] = time.time()
         return doc
 
@@ -372,7 +384,8 @@ class Aggregator:
                     for key, n in (extra.get(name) or {}).items():
                         if key in target and type(n) is int and n >= 0:
                             target[key] += n
-                for name in ("lost_batches", "push_failures", "snapshot_failures"):
+                for name in ("lost_batches", "push_failures", "snapshot_failures",
+                             "evicted_workers"):
                     n = extra.get(name)
                     if type(n) is int and n >= 0:
                         setattr(self, name, getattr(self, name) + n)

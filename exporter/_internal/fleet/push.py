@@ -5,7 +5,10 @@ since its previous visit (take.py: one lock hold of pointer swaps; the HDR index
 values runs afterwards on the flusher thread), and POSTs it in the wire format (wire.py)
 to `<push_url>/push` with the worker's id and a per-worker sequence number. The aggregator merges
 it exactly and answers 200; a batch it has already applied is acknowledged again and ignored, so
-a retry never counts twice.
+a retry never counts twice. A batch whose attempt was sent whole but went unanswered (a timeout, a
+reset, a proxy's 5xx) may have been applied: it is resent marked `retry`, and an aggregator
+that has forgotten this worker (evicted from its bounded map) refuses it with 409 rather than
+apply it twice; the worker then gives it up and counts it, like any batch refused for good.
 
 Nothing here runs on the app's threads or raises into them, and nothing here waits on the
 network on a caller's behalf: when the process stops pushing (configure() turned it off or
@@ -295,7 +298,7 @@ class Flusher:
         while self._pending:
             batch = self._pending[0]
             batch.attempted = True
-            status, detail = self._post(batch.body)
+            status, detail, sent = self._post(batch.body)
             if 200 <= status < 300:
                 self._pending.popleft()
                 self.acked += 1
@@ -311,6 +314,10 @@ class Flusher:
             self._failures += 1
             self.failures_total += 1
             self._last_failure = detail or f"HTTP {status}"
+            if sent and (status == 0 or status >= 500 and status != 503) and not batch.delta.retry:
+                # unanswered, or answered by a proxy: the aggregator may have applied it
+                batch.delta.retry = True
+                batch.body = encode(batch.delta, self.recorder.schema.layouts())
             if status in (401, 403):  # a rotated secret: read the token again at the retry
                 self._token_stale = True
             if not self._failing:
@@ -323,8 +330,9 @@ class Flusher:
             self._retry_at = time.monotonic() + delay * random.uniform(0.5, 1.0)
             return
 
-    def _post(self, body: bytes) -> tuple[int, str]:
-        """POST one body; (status, detail), status 0 for a connection error."""
+    def _post(self, body: bytes) -> tuple[int, str, bool]:
+        """POST one body; (status, detail, whether the request was sent whole), status 0 for a
+        connection error."""
         headers = {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(body))}
         if self._token_stale:
             self._token = _read_token(self.config.push.token_file)
@@ -333,20 +341,22 @@ class Flusher:
             headers["Authorization"] = f"Bearer {self._token}"
         for attempt in (0, 1):
             reused = self._conn is not None
+            sent = False
             try:
                 conn = self._connection()
                 conn.request("POST", self._path, body=body, headers=headers)
+                sent = True
                 response = conn.getresponse()
                 text = response.read(512)
                 if response.will_close:
                     self._close_connection()
-                return response.status, text.decode("utf-8", "replace").strip()
+                return response.status, text.decode("utf-8", "replace").strip(), True
             except (OSError, http.client.HTTPException) as e:
                 self._close_connection()
-                if reused and attempt == 0:
+                if reused and attempt == 0 and not isinstance(e, TimeoutError):
                     continue  # a kept-alive connection the server had closed: once more, fresh
-                return 0, f"{type(e).__name__}: {e}"
-        return 0, "unreachable"
+                return 0, f"{type(e).__name__}: {e}", sent
+        return 0, "unreachable", False
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:

@@ -158,6 +158,10 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
         delta.rows[counter.name] = _counter_rows(counter, value, max_len)
     delta.lost_batches = _count(doc.get("lost_batches"), "lost_batches")
     delta.push_failures = _count(doc.get("push_failures"), "push_failures")
+    retry = doc.get("retry", False)
+    if type(retry) is not bool:
+        raise PushError(MALFORMED, "retry must be true or false")
+    delta.retry = retry
     return delta
 
 

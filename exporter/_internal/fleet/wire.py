@@ -18,7 +18,7 @@ inflate it before any size check; the aggregator refuses one), and inflates to o
      "input_tokens": [[model, provider, route, tenant, n], ...], "cached_tokens": [...],
      "upstreams": [[address, fingerprint, model, provider, region, n], ...],
      "counters": {counter: [[label values in the counter's label order..., n], ...]},
-     "dropped": {reason: n}, "lost_batches": n, "push_failures": n}
+     "dropped": {reason: n}, "lost_batches": n, "push_failures": n, "retry": true}
 
 The counter rows are those of names.COUNTERS: a counter of the format's first release travels
 under its own key (`Counter.wire`: a list of rows, or for a one-label counter with closed values
@@ -38,6 +38,11 @@ the exact `sum` of the values, and for each `le` boundary that falls inside an H
 (`pos` into the boundaries) the number `n` of that bucket's values at or under the boundary
 (`straddles`). `exemplars` are the latest traced call per `le` bucket (position into the
 boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
+
+`retry` (absent when false) marks the resend of a batch whose earlier attempt went unanswered
+after it was sent whole: the aggregator may have applied it. An aggregator that no longer knows
+the worker (its entry was evicted, `aggregator.max_workers`) cannot tell, and refuses it (409,
+`evicted`) rather than count it twice.
 
 Every counter key may be absent (no rows: `input_tokens`, `cached_tokens`, `upstreams`,
 `label_folds` and `counters` came after the first release of version 1), and so may the `count`
@@ -103,6 +108,8 @@ class Delta:
     rows: dict[str, dict[tuple[str, ...], int]] = field(default_factory=dict)
     lost_batches: int = 0
     push_failures: int = 0
+    #: A resend of a batch the aggregator may have applied (an attempt went unanswered).
+    retry: bool = False
 
     def absorb(self, later: "Delta") -> None:
         """Merge a later delta of the same worker into this one, exactly."""
@@ -177,6 +184,8 @@ def payload(delta: Delta, layouts: dict[str, list[Any]]) -> dict[str, Any]:
         elif rows:
             later[counter.name] = [[*k, n] for k, n in rows.items()]
     doc["counters"] = later
+    if delta.retry:
+        doc["retry"] = True
     return doc
 
 

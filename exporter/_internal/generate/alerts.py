@@ -227,7 +227,9 @@ _BURN_TEXT = {
     "first_answer_token": ("First answer token",
                            "reached the first answer token (after reasoning) within {threshold}"),
     "stall": ("Stream stall", "streamed without a gap longer than {threshold}"),
-    ERRORS_SLI: ("Request", "ended without an error or a timeout"),
+    ERRORS_SLI: ("Request", "ended without a failure on the provider's side: "
+                            f"{', '.join(names.PROVIDER_FAILURES[:-1])} or "
+                            f"{names.PROVIDER_FAILURES[-1]}"),
 }
 
 

@@ -86,6 +86,10 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
     bad = "|".join(promql.ERROR_OUTCOMES)
     errors = sum_by([*MODEL_ROUTE, names.PROVIDER, names.OUTCOME], rate(
         names.REQUESTS_TOTAL, [regex(names.OUTCOME, bad), *q.vars()]))
+    failures = ", ".join(promql.ERROR_OUTCOMES)
+    mrp = [*MODEL_ROUTE, names.PROVIDER]
+    limited_calls = rate(names.REQUESTS_TOTAL, [eq(names.OUTCOME, names.RATE_LIMITED), *q.vars()])
+    limited = f"{sum_by(mrp, limited_calls)}\n/ ({q.calls(mrp)} > 0)"
     in_flight = sum_by(MODEL_ROUTE, selector(names.REQUESTS_IN_FLIGHT, q.mr()))
     return layout([
         (Row(title=f"Service level (attainment: selected range; budget: the {period} SLO "
@@ -144,18 +148,31 @@ def overview(config: Config, q: Queries) -> list[core.Panel]:
                  f"{q.mode.name} buckets.",
                  names.TTFT, q.vars(names.TTFT), q.runbook(TTFT_FAST), q.mode), 24),
         (Row(title="Traffic and errors"), 24),
-        (timeseries("Calls by outcome", "Calls per second of the selection by how they ended.",
+        (timeseries("Calls by outcome",
+                    "Calls per second of the selection by how they ended: ok; the provider's "
+                    "failures (provider_error: 5xx and 529, timeout, connection_error, error: "
+                    "unrecognised); the caller's own (client_error: a 4xx, rate_limited: 429, "
+                    "cancelled, abandoned).",
                     [target(outcomes, "{{outcome}}")], "reqps", q.runbook(ERRORS),
-                    stacked=True), 8),
-        (timeseries("Errors and timeouts by model, route and provider (top 10)",
-                    "Calls per second that ended with an error or a timeout; 0 where a model "
-                    "and route had calls and none failed.",
+                    stacked=True), 6),
+        (timeseries("Provider failures by model, route and provider (top 10)",
+                    f"Calls per second that failed on the provider's side ({failures}): what "
+                    "the error budget counts. The caller's own 4xx and 429s are not in it; 0 "
+                    "where a model and route had calls and none failed.",
                     [target(top_block(q.or_zero(errors)),
                             "{{outcome}} {{model}} {{route}} {{provider}}")], "reqps",
-                    q.runbook(ERRORS)), 8),
+                    q.runbook(ERRORS)), 6),
+        (timeseries("Rate-limited share by model, route and provider (top 10)",
+                    "Share of the calls the provider answered 429 (too many requests): the "
+                    "caller's quota, not a failure of the provider (no error budget spent); 0 "
+                    "where none was. Rising with calls in flight: the client retries into its "
+                    "limit.",
+                    [target(top_block(q.or_zero(limited, mrp)),
+                            "{{model}} {{route}} {{provider}}")], "percentunit",
+                    q.runbook(ERRORS)), 6),
         (timeseries("Calls in flight by model and route (top 10)",
                     "Calls between start and end right now (all tenants).",
-                    [target(top(in_flight), MR_LEGEND)], "short", q.runbook(ERRORS)), 8),
+                    [target(top(in_flight), MR_LEGEND)], "short", q.runbook(ERRORS)), 6),
     ])
 
 

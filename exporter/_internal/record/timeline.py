@@ -8,7 +8,6 @@ None, and every quantity that needs it is then *not* derived (never a made-up ze
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -174,20 +173,3 @@ def derive(t: CallTimeline) -> Derived:
 
 _new_tuple = tuple.__new__
 
-
-def outcome_of(exc: BaseException | None) -> str:
-    """Classify how a call ended from the exception that ended it (None: it completed)."""
-    if exc is None:
-        return names.OK
-    if isinstance(exc, GeneratorExit):
-        return names.ABANDONED
-    if isinstance(exc, asyncio.CancelledError):
-        return names.CANCELLED
-    if isinstance(exc, TimeoutError):
-        return names.TIMEOUT
-    # SDK and HTTP-client timeouts do not all derive from TimeoutError (openai.APITimeoutError,
-    # httpx/httpx2.TimeoutException): recognise them by name, without importing the SDKs.
-    for cls in type(exc).__mro__:
-        if "Timeout" in cls.__name__:
-            return names.TIMEOUT
-    return names.ERROR

@@ -15,7 +15,8 @@ from types import TracebackType
 from typing import Any, MutableMapping
 
 from .. import names, runtime
-from ..record.timeline import CallTimeline, derive, outcome_of
+from ..record.outcome import outcome_of
+from ..record.timeline import CallTimeline, derive
 from . import context, deadline, otel
 from .task import Task, current as current_task
 

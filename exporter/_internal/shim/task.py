@@ -30,7 +30,8 @@ from typing import Any
 
 from .. import names, runtime
 from ..record import tasks
-from ..record.timeline import CallTimeline, Derived, outcome_of
+from ..record.outcome import outcome_of
+from ..record.timeline import CallTimeline, Derived
 from . import deadline as deadlines, otel
 
 _TASK: ContextVar["Task | None"] = ContextVar("ttft_exporter_task", default=None)

@@ -1,0 +1,132 @@
+"""A connection flood from one address: `ttft-exporter serve` keeps serving everyone else.
+
+The flood (from 127.0.0.2) keeps 1,100 connections open that each send half a request's headers
+and then nothing, and opens a new one whenever the server closes one: more than the server's
+`max_connections` and than the header timeout can clear in the flood's lifetime. While it lasts,
+a client on 127.0.0.1 asks /healthz and pushes (a real push worker, `Flusher`): every answer
+must come, and every push must be counted once.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from exporter._internal import names
+from exporter._internal.config.settings import Config
+from exporter._internal.fleet import push
+from exporter._internal.record.recorder import Recorder
+from tests.test_push import call
+from tests.test_push_processes import Serve
+
+FLOOD = 1100
+FLOOD_SOURCE = "127.0.0.2"
+HALF_HEADERS = b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Type: "
+
+
+class Flood:
+    """FLOOD idle half-header connections from FLOOD_SOURCE, reopened as the server closes
+    them, on a thread until `stop()`."""
+
+    def __init__(self, host: str, port: int):
+        self.target = (host, port)
+        self.selector = selectors.DefaultSelector()
+        self.opened = 0
+        self.closed_by_server = 0
+        self.most_open = 0
+        self._stopping = threading.Event()
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Flood":
+        self._thread.start()
+        return self
+
+    def _open(self) -> None:
+        s = socket.socket()
+        s.bind((FLOOD_SOURCE, 0))
+        s.settimeout(2)
+        try:
+            s.connect(self.target)
+            s.sendall(HALF_HEADERS)
+        except OSError:  # refused or reset at once: counted as closed, retried
+            s.close()
+            self.closed_by_server += 1
+            return
+        s.setblocking(False)
+        self.selector.register(s, selectors.EVENT_READ)
+        self.opened += 1
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            while len(self.selector.get_map()) < FLOOD and not self._stopping.is_set():
+                self._open()
+            self.most_open = max(self.most_open, len(self.selector.get_map()))
+            self.ready.set()
+            for key, _ in self.selector.select(timeout=0.05):  # closed by the server
+                self.selector.unregister(key.fileobj)
+                key.fileobj.close()
+                self.closed_by_server += 1
+        for key in list(self.selector.get_map().values()):
+            key.fileobj.close()
+        self.selector.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(30)
+
+
+def healthz(base: str) -> float | None:
+    """Seconds /healthz took to answer `ok`, None when it did not."""
+    started = time.monotonic()
+    try:
+        ok = urllib.request.urlopen(f"{base}/healthz", timeout=5).read() == b"ok\n"
+    except OSError:
+        return None
+    return time.monotonic() - started if ok else None
+
+
+def test_a_flood_from_one_address_does_not_starve_healthz_nor_other_pushers(tmp_path: Path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("server:\n  addr: 127.0.0.1\n")  # defaults: 256 connections, 10 s
+    serve = Serve(config)
+    host, port = serve.base.removeprefix("http://").rsplit(":", 1)
+    flood = Flood(host, int(port))
+    worker_config = Config(push_url=serve.base)
+    rec = Recorder(worker_config)
+    flusher = push.Flusher(serve.base, worker_config, rec)
+    try:
+        flood.start()
+        assert flood.ready.wait(30)  # the flood holds its connections
+        answers: list[float | None] = []
+        pushed: list[bool] = []
+        started = time.monotonic()
+        while time.monotonic() - started < 3.0:  # measured while the flood lasts
+            answers.append(healthz(serve.base))
+            call(rec, 1000)
+            pushed.append(flusher.flush())
+        flood_seconds = time.monotonic() - started
+        during = (flood.opened, flood.closed_by_server)
+        flood.stop()
+        m = serve.metrics()
+        slowest = max((a for a in answers if a is not None), default=0.0)
+        print(f"flood: {during[0]} connections opened, {during[1]} closed by the server; "
+              f"{len(answers)} /healthz in {flood_seconds:.1f} s ({answers.count(None)} "
+              f"unanswered, slowest {slowest * 1000:.0f} ms); {sum(pushed)}/{len(pushed)} "
+              f"pushes acknowledged")
+        assert all(a is not None for a in answers), answers
+        assert all(pushed) and len(pushed) >= 3
+        requests = sum(v for (name, _), v in m.items() if name == names.REQUESTS_TOTAL)
+        assert requests == len(pushed)  # each push counted once
+        closed = {dict(labels)["reason"]: v for (name, labels), v in m.items()
+                  if name == names.SELF_HTTP_CLOSED}
+        assert sum(closed.values()) >= FLOOD - 256  # the flood was held off, and counted
+        assert flood.most_open >= FLOOD - 1
+    finally:
+        flood.stop()
+        flusher.close(timeout=0)
+        serve.stop()
