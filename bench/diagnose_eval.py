@@ -55,15 +55,16 @@ def outcomes(seeds: range, workers: int = 2) -> list[Outcome]:
 
 def detection_thresholds(results: list[Outcome]) -> dict[str, float | None]:
     """Per cause, the smallest magnitude m such that the cause is named for at least 90 % of
-    its incidents of magnitude m or more, and of every larger tenth of them (None: never)."""
+    its incidents of magnitude m or more, and of magnitude m' or more for every larger m' with
+    ten incidents or more above it (None: never). Incidents under the floor do not count."""
     out: dict[str, float | None] = {}
     for cause in INCIDENTS:
         mine = sorted((r.magnitude, r.named == cause) for r in results
                       if r.kind == cause and r.added >= FLOOR)
         found = None
-        for i in range(len(mine) - 9, -1, -1):  # grow the tail while every part of it holds
+        for i in range(len(mine) - 10, -1, -1):  # grow the tail while every tail holds
             tail = [hit for _, hit in mine[i:]]
-            if sum(tail) / len(tail) < 0.9 or sum(tail[:10]) < 8:
+            if sum(tail) < 0.9 * len(tail):
                 break
             found = mine[i][0]
         out[cause] = found

@@ -209,21 +209,6 @@ SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
 IDENTITY = (names.ADDRESS, names.REGION, names.FINGERPRINT)
 
 
-def new_upstream_share(window: str, baseline: str, baseline_offset: str,
-                       matchers: Sequence[str], keep: Sequence[str]) -> str:
-    """Share of the calls over `window` by `keep` (a model and route) that reached an upstream
-    identity with no calls over the `baseline` window that ends `baseline_offset` before the
-    evaluation time (the rules' reading; diagnose's is upstreams.py). 0, not empty, when
-    every upstream is known; empty without calls."""
-    upstream = selector(names.UPSTREAM_REQUESTS, matchers)
-    seen = f"increase({upstream}[{baseline}] offset {baseline_offset}) > 0"
-    calls = f"increase({upstream}[{window}])"
-    total = f"sum by ({by(keep)}) ({calls})"
-    new = (f"sum by ({by(keep)}) (\n  {calls}\n  unless on ({by([*keep, *IDENTITY])})\n"
-           f"  {seen}\n)")
-    return f"(\n{new}\nor 0 * {total}\n)\n/ ({total} > 0)"
-
-
 # --- the decision -----------------------------------------------------------------------------
 
 @dataclass

@@ -10,15 +10,15 @@ diagnose` name the same cause on every incident, and alerts/tests/causes.yaml ea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .. import names
 from ..config.settings import AlertingConfig, Config
-from ..diagnose.causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, NOISY_NEIGHBOUR, PREFILL,
-                               PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, SPREAD_IN_SD,
-                               UNKNOWN, Signal, Thresholds, new_upstream_share)
+from ..diagnose.causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, IDENTITY, NOISY_NEIGHBOUR,
+                               PREFILL, PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY,
+                               SPREAD_IN_SD, UNKNOWN, Signal, Thresholds)
 from ..promql import by, duration, eq, histogram_mode, kept, num, scope_matchers, selector
 
 #: The recorded decision: one series per degraded (model, route), label `cause`.
@@ -92,6 +92,21 @@ def signal_records(config: Config) -> list[dict[str, Any]]:
     out.append({"record": n.upstream,
                 "expr": new_upstream_share(window, window, offset, matchers, keep)})
     return out
+
+
+def new_upstream_share(window: str, baseline: str, baseline_offset: str,
+                       matchers: Sequence[str], keep: Sequence[str]) -> str:
+    """Share of the calls over `window` by `keep` (a model and route) that reached an upstream
+    identity with no calls over the `baseline` window that ends `baseline_offset` before the
+    evaluation time (diagnose reads it in diagnose/upstreams.py). 0, not empty, when every
+    upstream is known; empty without calls."""
+    upstream = selector(names.UPSTREAM_REQUESTS, matchers)
+    seen = f"increase({upstream}[{baseline}] offset {baseline_offset}) > 0"
+    calls = f"increase({upstream}[{window}])"
+    total = f"sum by ({by(keep)}) ({calls})"
+    new = (f"sum by ({by(keep)}) (\n  {calls}\n  unless on ({by([*keep, *IDENTITY])})\n"
+           f"  {seen}\n)")
+    return f"(\n{new}\nor 0 * {total}\n)\n/ ({total} > 0)"
 
 
 def _has_baseline(signal: Signal) -> bool:
