@@ -13,14 +13,38 @@ from pathlib import Path
 from typing import NoReturn
 
 from ._internal import runtime
-from ._internal.config.loader import load
-from ._internal.config.settings import ConfigError
+from ._internal.config.loader import key_lines, load
+from ._internal.config.settings import Config, ConfigError
+from ._internal.expose.http_thread import address_problem
 from ._internal.expose.server import serve_until_signalled
+
+#: What check-config cannot know before serve runs, said after its "ok".
+RUNTIME_ONLY = ("not checked until serve starts: whether server.port is free, and the "
+                "snapshot's content (one that cannot be read is set aside and logged)")
+
+
+def serve_problems(config: Config) -> list[tuple[str, str]]:
+    """What `serve` would refuse in this config besides its syntax, as (key, reason) pairs: the
+    listen address, the secret and TLS files, the snapshot directory."""
+    from ._internal.fleet import access, journal
+
+    out = []
+    why = address_problem(config.server.addr)
+    if why is not None:
+        out.append(("server.addr", why))
+    out += access.problems(config)
+    snapshot = config.aggregator.snapshot_path
+    why = journal.unusable(snapshot) if snapshot else None
+    if why is not None:
+        out.append(("aggregator.snapshot_path", why))
+    return out
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    load(args.file)
-    print(f"{args.file}: ok")
+    problems = serve_problems(load(args.file))
+    if problems:
+        raise ConfigError(args.file, problems, key_lines(args.file))
+    print(f"{args.file}: ok ({RUNTIME_ONLY})")
     return 0
 
 
@@ -31,6 +55,11 @@ def _serve(args: argparse.Namespace) -> int:
     config = load(args.config)
     addr = args.addr or config.server.addr
     port = args.port if args.port is not None else config.server.port
+    why = address_problem(addr)
+    if why is not None:
+        raise ConfigError("command line" if args.addr else args.config or "config",
+                          [("--addr" if args.addr else "server.addr", why)],
+                          key_lines(args.config) if args.config and not args.addr else None)
     aggregator = Aggregator(config)  # restores the snapshot, if any
     runtime.become_aggregator(config, aggregator.recorder, aggregator.families)
     tune_gc()
@@ -83,6 +112,8 @@ def _generate(args: argparse.Namespace) -> int:
 
     from ._internal.generate.files import generate, generate_defaults
 
+    if args.check:
+        return _check_dashboards(args)
     if args.config is None:  # the defaults in both modes: what the repository commits
         written = generate_defaults(Path(args.out))
     else:  # the file as written goes with the chart's copies (generated-config.yaml)
@@ -91,6 +122,31 @@ def _generate(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     return 0
+
+
+def _check_dashboards(args: argparse.Namespace) -> int:
+    """`generate --check`: the dashboard files under --out read only defined metrics."""
+    from dataclasses import replace
+
+    from ._internal.config.settings import Config, DashboardsConfig
+    from ._internal.generate.check import defined_metrics, undefined_metrics
+
+    if args.config is None:  # the defaults in both modes, as generate writes them
+        configs = [replace(Config(), dashboards=DashboardsConfig(histograms=mode))
+                   for mode in ("classic", "native")]
+    else:
+        configs = [load(args.config)]
+    files = sorted(Path(args.out, "dashboards").rglob("*.json"))
+    if not files:
+        print(f"ttft-exporter generate --check: no dashboards under {Path(args.out, 'dashboards')}",
+              file=sys.stderr)
+        return 2
+    problems = undefined_metrics(files, defined_metrics(configs))
+    for line in problems:
+        print(line, file=sys.stderr)
+    if not problems:
+        print(f"{len(files)} dashboards read only metrics the exporter serves or its rules record")
+    return 1 if problems else 0
 
 
 def _port(text: str) -> int:
@@ -137,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ttft-exporter.yaml (without it: the defaults, classic "
                                     "histograms at the top and native ones under native/)")
     p.add_argument("--out", default=".", help="directory holding dashboards/ and alerts/")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; fail (exit 1) when a panel of the dashboards under "
+                        "--out queries a metric that no code defines")
     p.set_defaults(func=_generate)
     p = sub.add_parser("diagnose", help="name the likely cause of a TTFT rise per model and "
                                         "route, from Prometheus (docs/diagnose.md)")

@@ -39,6 +39,7 @@ def served_metric_names() -> set[str]:
            names.SELF_TENANT_FOLDS, names.SELF_DROPS, names.SELF_SCRAPE_DURATION,
            names.USAGE_INPUT_TOKENS, names.USAGE_CACHED_INPUT_TOKENS, names.UPSTREAM_REQUESTS}
     out |= {counter.name for counter in names.COUNTERS}
+    out |= set(names.AGGREGATOR_SELF_METRICS)  # served by `ttft-exporter serve`
     for family in names.HISTOGRAMS:  # classic series, and the native histogram itself
         out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count", "")}
         if family.windowed:  # a summary of window quantiles

@@ -180,6 +180,67 @@ def test_check_config_cli(tmp_path):
         assert run.stderr.strip(), argv
 
 
+def test_check_config_checks_the_files_and_address_serve_needs(tmp_path):
+    """Every file serve reads and the address it listens on, checked at once, each error at
+    its key's line; then the same config given to serve: refused too, naming a key."""
+    empty, folder = tmp_path / "empty", tmp_path / "folder"
+    empty.write_text("\n")
+    folder.mkdir()
+    cert = tmp_path / "cert.pem"
+    cert.write_text("not a certificate\n")
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server:\n"
+        "  addr: no-such-host.invalid\n"
+        "aggregator:\n"
+        f"  push_token_file: {tmp_path / 'missing'}\n"
+        f"  metrics_token_file: {empty}\n"
+        "  metrics_username: prometheus\n"
+        f"  metrics_password_file: {folder}\n"
+        f"  tls_cert_file: {cert}\n"
+        f"  tls_key_file: {cert}\n"
+        f"  snapshot_path: {tmp_path / 'gone' / 'state'}\n")
+    run = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    lines = run.stderr.splitlines()
+    assert [line.split(": ")[0:2] for line in lines] == [
+        [f"{config}:2", "server.addr"], [f"{config}:4", "aggregator.push_token_file"],
+        [f"{config}:5", "aggregator.metrics_token_file"],
+        [f"{config}:7", "aggregator.metrics_password_file"],
+        [f"{config}:8", "aggregator.tls_cert_file"], [f"{config}:10", "aggregator.snapshot_path"]]
+    assert "cannot listen on 'no-such-host.invalid'" in lines[0]
+    assert lines[1].endswith("No such file or directory") and lines[2].endswith("is empty")
+    assert lines[3].endswith("Is a directory") and f"cannot load {cert}" in lines[4]
+    assert lines[5].endswith(f"the directory {tmp_path / 'gone'} does not exist")
+    run = subprocess.run([*CLI, "serve", "--config", str(config), "--port", "0"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2 and run.stderr.startswith(f"{config}:2: server.addr: cannot "
+                                                         f"listen on 'no-such-host.invalid'")
+    run = subprocess.run([*CLI, "serve", "--addr", "10.255.255.254", "--port", "0"],
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2 and run.stderr == (
+        "command line: --addr: cannot listen on '10.255.255.254': Cannot assign requested "
+        "address\n")
+
+
+def test_check_config_tries_the_snapshot_directory_and_names_what_needs_the_runtime(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text("aggregator:\n  snapshot_path: /sys/ttft-state\n")  # (read-only, even
+    run = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                         timeout=30)  # for root)
+    assert run.returncode == 2 and run.stderr.startswith(
+        f"{config}:2: aggregator.snapshot_path: cannot use /sys")
+    assert run.stderr.rstrip().endswith("Permission denied")
+    config.write_text(f"aggregator:\n  snapshot_path: {tmp_path / 'state'}\n")
+    run = subprocess.run([*CLI, "check-config", str(config)], capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0 and run.stdout == (
+        f"{config}: ok (not checked until serve starts: whether server.port is free, and the "
+        f"snapshot's content (one that cannot be read is set aside and logged))\n")
+    assert list(tmp_path.iterdir()) == [config]  # checking wrote nothing
+
+
 def test_serve_names_an_unusable_snapshot_path(tmp_path):
     config = tmp_path / "serve.yaml"
     config.write_text(f"aggregator: {{snapshot_path: {tmp_path / 'missing' / 'state'}}}\n")

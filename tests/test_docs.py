@@ -1,11 +1,28 @@
-"""docs/metrics.md and exporter/_internal/names.py name the same metrics."""
+"""The docs say what the code does: every metric docs/metrics.md names exists, every path,
+module and panel a doc names exists, the reference tables are what `ttft-exporter generate`
+writes from the definitions, and a default, threshold or metric stated in prose is the code's.
+A renamed module or panel, or a changed default, fails here, not in front of a reader."""
 
+from __future__ import annotations
+
+import glob
+import importlib
+import json
 import re
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from exporter._internal import names
+from exporter._internal.config.schema import keys
+from exporter._internal.diagnose.causes import DEFAULT, Thresholds
+from exporter._internal.generate.files import VALUES_SCHEMA, values_schema
+from exporter._internal.generate.reference import metrics_reference, reference_files
 
-DOC = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "docs" / "metrics.md").read_text()
 
 
 def defined_names() -> set[str]:
@@ -37,3 +54,205 @@ def test_windowed_families_match_the_recorder():
 
     documented = set(re.findall(r"`(llm_client_[a-z_]+)_window_seconds`", DOC))
     assert {n.removesuffix("_seconds") for n in (f.name for f in names.WINDOWED)} == documented
+
+
+# --- what the docs name exists ---
+
+DOCS = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md",
+                                                 ROOT / "helm" / "ttft-exporter" / "README.md"]
+INTERNAL = ROOT / "exporter" / "_internal"
+STAGES = sorted(p.name for p in INTERNAL.iterdir() if (p / "__init__.py").exists())
+#: A repository path: a top folder, then path characters (globs and `<placeholders>` allowed).
+PATH = re.compile(r"(?<![\w./-])((?:exporter|docs|tests|bench|helm|alerts|dashboards)/"
+                  r"[\w./*<>{}-]*[\w/*])")
+DOTTED = re.compile(r"(?<![\w./-])(exporter(?:\.[A-Za-z_]\w*)+)")
+STAGE_MODULE = re.compile(rf"(?<![\w./-])((?:{'|'.join(STAGES)})/\w+(?:\.py)?)(?![\w/])")
+#: A file named without its folder: it must exist somewhere in the repository.
+BARE_FILE = re.compile(r"(?<![\w./-])([a-z_][a-z0-9_]*\.(?:py|md|yaml|json|proto))\b")
+#: `**Dashboard → Panel**`: a panel (or row) a doc sends the reader to.
+PANEL_REF = re.compile(r"\*\*([A-Z][\w ]{1,40}) → ([^*]+?)\*\*")
+DASHBOARDS = {"Overview": "ttft-overview", "Where the time goes": "ttft-phases",
+              "Stream health": "ttft-stream-health",
+              "Tenants and noisy neighbours": "ttft-tenants", "Agent tasks": "ttft-agent-tasks"}
+#: Prometheus' own web UI, named the same way.
+PROMETHEUS_UI = "Status"
+
+
+def _doc_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _repository_files() -> set[str]:
+    skip = {".git", ".venv", "__pycache__", "node_modules"}
+    return {p.name for p in ROOT.rglob("*") if not skip & set(p.relative_to(ROOT).parts)}
+
+
+def _resolves(dotted: str) -> bool:
+    """A module, or an attribute reached from the longest importable module prefix."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_doc_id)
+def test_every_path_and_module_a_doc_names_exists(doc: Path):
+    text = doc.read_text(encoding="utf-8")
+    files = _repository_files()
+    missing = [p for p in PATH.findall(text)
+               if "<" not in p and not glob.glob(str(ROOT / p))]
+    missing += [d for d in DOTTED.findall(text) if not _resolves(d)]
+    missing += [m for m in STAGE_MODULE.findall(text)
+                if not (INTERNAL / m).exists() and not (INTERNAL / f"{m}.py").exists()
+                and not (INTERNAL / m).is_dir()]
+    missing += [f for f in BARE_FILE.findall(text) if f not in files]
+    assert not missing, f"{_doc_id(doc)} names what does not exist: {sorted(set(missing))}"
+
+
+def test_the_architecture_names_every_internal_module():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = [f"{p.parent.name}/{p.stem}" for p in INTERNAL.glob("*/*.py")
+               if p.stem != "__init__" and p.parent.name in STAGES]
+    modules += [f"`{p.stem}`" for p in INTERNAL.glob("*.py") if p.stem != "__init__"]
+    assert [m for m in modules if m not in text] == []
+
+
+def _titles(uid: str) -> list[str]:
+    """Every panel and row title of a committed dashboard."""
+    data = json.loads((ROOT / "dashboards" / f"{uid}.json").read_text(encoding="utf-8"))
+    out, todo = [], list(data["panels"])
+    while todo:
+        panel = todo.pop()
+        out.append(panel.get("title", ""))
+        todo.extend(panel.get("panels", []))
+    return out
+
+
+def test_every_panel_a_doc_points_to_exists():
+    """A reference is a prefix of a panel or row title of the named dashboard (titles may go
+    on, e.g. with "(top 10)")."""
+    titles = {name: _titles(uid) for name, uid in DASHBOARDS.items()}
+    wrong = []
+    for doc in DOCS:
+        for board, panel in PANEL_REF.findall(doc.read_text(encoding="utf-8")):
+            board = board.strip()
+            if board == PROMETHEUS_UI:
+                continue
+            panel = " ".join(panel.replace("`", "").split())
+            if board not in titles or not any(t.startswith(panel) for t in titles[board]):
+                wrong.append(f"{_doc_id(doc)}: {board} → {panel}")
+    assert not wrong
+
+
+def test_the_readme_says_what_it_is_then_the_two_commands_then_how_to_install():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    title, intro, rest = readme.split("\n\n", 2)
+    assert title.startswith("# ") and intro.count(". ") == 0 and intro.endswith(".")
+    commands = rest.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert rest.startswith("```sh\n") and [c.split()[:2] for c in commands] == [
+        ["make", "demo"], ["make", "test"]]
+    after = rest.split("```", 2)[2].lstrip("\n")
+    assert after.startswith("## Use it in your service\n\n```sh\npip install ")
+
+
+# --- the values the docs state are the code's ---
+
+#: The prose (the generated reference tables are checked by regeneration).
+PROSE = sorted(p for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.parts) + [
+    ROOT / "README.md", ROOT / "helm" / "ttft-exporter" / "README.md"]
+DEFAULTS: dict[str, Any] = {key.path: key.default for key in keys()}
+THRESHOLDS: dict[str, Any] = {f.name: getattr(DEFAULT, f.name) for f in fields(Thresholds)}
+UNITS = {"MiB": 2**20, "KiB": 2**10, "ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400,
+         "%": 0.01, "": 1, "×": 1}
+#: A number as prose writes it (thousands with commas), with its unit.
+NUMBER = re.compile(r"(?<![\w.])(-?\d{1,3}(?:,\d{3})+|-?\d+(?:\.\d+)?)\s?(MiB|KiB|ms|s|m|h|d|%|×)?"
+                    r"(?![\w])")
+#: `key` (value...: prose stating a config key's value right after its name.
+STATED = re.compile(r"`([a-z_]+(?:\.[a-z_]+)+)` \((?:default )?(`[^`]*`|-?\d[^);:]*)")
+
+
+def numbers(text: str) -> list[float]:
+    return [float(n.replace(",", "")) * UNITS[unit or ""] for n, unit in NUMBER.findall(text)]
+
+
+def same(stated: str, default: Any) -> bool:
+    """Does the text state `default`? Its first number, or a backticked string or list."""
+    if stated.startswith("`"):
+        value = ", ".join(default) if isinstance(default, tuple) else str(default)
+        return stated.strip("`") == value
+    if isinstance(default, str):
+        return stated.strip() in (default, f'"{default}"')
+    found = numbers(stated)
+    return bool(found) and found[0] == pytest.approx(float(default))
+
+
+def default_tables(text: str) -> list[list[list[str]]]:
+    """Markdown tables whose second column is `default`, as rows of cells."""
+    out = []
+    for block in re.findall(r"(?:^\|.*\|\n)+", text, re.M):
+        rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in block.splitlines()]
+        if len(rows) > 2 and len(rows[0]) > 1 and rows[0][1] == "default":
+            out.append(rows[2:])
+    return out
+
+
+def test_the_reference_tables_and_the_chart_schema_are_generated():
+    for relative, text in reference_files().items():
+        assert (ROOT / relative).read_text(encoding="utf-8") == text, (
+            f"{relative} differs from `ttft-exporter generate`: regenerate it")
+    committed = (ROOT / VALUES_SCHEMA).read_text(encoding="utf-8")
+    assert values_schema(committed) == committed, "regenerate values.schema.json"
+
+
+@pytest.mark.parametrize("doc", PROSE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_config_default_a_doc_states_is_the_codes(doc: Path):
+    text = doc.read_text(encoding="utf-8")
+    wrong = [f"{key}: {stated}" for key, stated in STATED.findall(text)
+             if key in DEFAULTS and not same(stated, DEFAULTS[key])]
+    for table in default_tables(text):
+        for row in table:
+            named = re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", row[0])
+            wrong += [f"{key}: {row[1]}" for key in named[:1]
+                      if key in DEFAULTS and not same(row[1], DEFAULTS[key])]
+    assert not wrong, f"{doc.name} states defaults the code does not have"
+
+
+@pytest.mark.parametrize("doc", PROSE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_threshold_a_doc_states_is_the_codes(doc: Path):
+    """In a `| threshold | default |` table, a row naming `Thresholds` fields states their
+    values, in that order, as the first distinct numbers of its second cell."""
+    wrong = []
+    for table in default_tables(doc.read_text(encoding="utf-8")):
+        for row in table:
+            named = [n for n in re.findall(r"`(\w+)`", row[0]) if n in THRESHOLDS]
+            stated = list(dict.fromkeys(numbers(row[1])))[:len(named)]
+            expected = list(dict.fromkeys(float(THRESHOLDS[n]) for n in named))
+            if named and stated[:len(expected)] != pytest.approx(expected):
+                wrong.append(f"{row[0]}: {row[1]}")
+    assert not wrong
+
+
+def test_the_runbooks_state_every_threshold():
+    text = (ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    named = {n for table in default_tables(text) for row in table
+             for n in re.findall(r"`(\w+)`", row[0])}
+    assert set(THRESHOLDS) - {"min_calls"} <= named
+
+
+@pytest.mark.parametrize("doc", PROSE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_metric_a_doc_names_is_served(doc: Path):
+    served = set(re.findall(r"^\| `(\w+)` \|", metrics_reference(), re.M))
+    suffixes = ("", "_bucket", "_count", "_sum")
+    named = set(re.findall(r"(?<![\w.])((?:llm_client|ttft_exporter)_[a-z_]*[a-z])(?![\w{(])",
+                           doc.read_text(encoding="utf-8")))
+    unknown = {n for n in named if not any(n.removesuffix(s) in served for s in suffixes if
+                                           n.endswith(s))}
+    assert not unknown

@@ -8,6 +8,7 @@ import asyncio
 import gc
 import threading
 import time
+import traceback
 
 import httpx2
 import openai
@@ -441,6 +442,23 @@ async def test_async_abandon_and_responses(server, recorded):
         await s.until_done()
     t = recorded.one()
     assert t.outcome == names.OK and t.reasoning_events == 1 and len(t.token_times) == 4
+
+
+async def test_async_mid_stream_disconnect_keeps_the_sdk_error(server, recorded):
+    """The async wrapper ends the call through the sync body's handlers and the caller gets the
+    SDK's own error with its own traceback (no frame of the hand-over added)."""
+    c = aclient(server)
+    got = []
+    with pytest.raises(openai.APIConnectionError) as info:
+        s = await c.chat.completions.create(
+            model="gpt-test", messages=MESSAGES, stream=True,
+            extra_headers=script(tokens=8, gap=0.01, disconnect_after=3))
+        async for chunk in s:
+            got.append(chunk)
+    t = recorded.one()
+    assert t.outcome == names.CONNECTION_ERROR and len(t.token_times) == 3 and len(got) == 4
+    frames = {frame.name for frame in traceback.extract_tb(info.value.__traceback__)}
+    assert "async_tokens" in frames and not frames & {"sync_tokens", "_failed"}
 
 
 async def test_100_concurrent_async_streams(server, recorded):

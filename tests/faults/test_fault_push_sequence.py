@@ -159,3 +159,26 @@ def test_a_retry_after_its_worker_was_evicted_counts_once(tmp_path: Path, max_wo
             assert (rejected, duplicates, a.lost_total) == (0, 1, 0)
     finally:
         serve.stop()
+
+
+def test_a_push_failing_inside_the_aggregator_is_answered_500_and_counted(monkeypatch):
+    """A bug while applying (injected: `accept` raises): the worker gets a 500 and keeps the
+    batch; the aggregator counts an internal-error drop, which TTFTExporterDroppingSamples
+    reads."""
+    from tests.test_push import Aggregated, call
+
+    agg = Aggregated()
+    try:
+        def broken(body: bytes):
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(agg.aggregator, "accept", broken)
+        config = Config(push_url=agg.url)
+        rec = Recorder(config)
+        flusher = push.Flusher(agg.url, config, rec)
+        call(rec, 1000)
+        assert not flusher.flush() and flusher.pending() == 1
+        drops = agg.recorder.counts().rows[names.SELF_DROPS]
+        assert drops[(names.DROP_INTERNAL,)] == 1
+    finally:
+        agg.stop()

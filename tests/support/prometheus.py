@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from exporter._internal.generate.check import metric_names  # noqa: F401 (for the tests)
 from tests.support import skip_or_fail
 
 PROMETHEUS = "prometheus"
@@ -227,26 +228,6 @@ class PrometheusServer:
 
 
 # --- PromQL helpers for tests -------------------------------------------------------------------
-
-_PROMQL_KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "by", "without", "on",
-                              "ignoring", "group_left", "group_right", "inf", "nan"})
-
-
-def metric_names(expr: str) -> set[str]:
-    """Metric names a PromQL expression selects: identifiers that are not functions,
-    aggregations, keywords, label names, label values, durations or Grafana variables."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals (label values)
-    text = re.sub(r"\{[^}]*\}", " ", text)  # label matchers
-    text = re.sub(r"\[[^\]]*\]", " ", text)  # range and subquery windows
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ",
-                  text)  # label lists
-    text = re.sub(r"\boffset\s+[\w$]+", " ", text)
-    found = set()
-    for match in re.finditer(r"(?<![\w.:$])([A-Za-z_:][\w:]*)(\s*\()?", text):
-        name, call = match.groups()
-        if not call and name not in _PROMQL_KEYWORDS:
-            found.add(name)
-    return found
 
 
 def grafana_expr(expr: str, rate_interval: str = "10s", time_range: str = "1m") -> str:

@@ -49,6 +49,12 @@ def load(source: str | os.PathLike[str] | Mapping[str, Any] | None) -> Config:
     return _build(data, path, lines)
 
 
+def key_lines(path: str | os.PathLike[str]) -> dict[str, int]:
+    """The line of each key path written in the YAML file at `path` (for messages about a
+    config loaded from it)."""
+    return _read_yaml(str(path))[1]
+
+
 def _read_yaml(path: str) -> tuple[Any, dict[str, int]]:
     """The document and, per key path, the line it is written on."""
     try:

@@ -106,7 +106,8 @@ class WindowConfig:
 
 @dataclass(frozen=True)
 class Objective:
-    """`target` of the events must be at or under `threshold_seconds` (error objective: no threshold)."""
+    """`target` of the events must be at or under `threshold_seconds` (the error objective has
+    none)."""
 
     #: Share of the calls that must meet the objective, over `alerting.slo_period_seconds`.
     target: float = 0.99

@@ -33,24 +33,41 @@ def base_url(host: str, port: int, tls: bool = False) -> str:
     return f"{'https' if tls else 'http'}://{address(host, port)}"
 
 
+def _bound(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (port 0: any free port); OSError when it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def address_problem(host: str) -> str | None:
+    """Why this host cannot listen on `host` (None when it can): a name that does not resolve,
+    or an address that is not one of this host's. Which ports are free is known only when
+    binding."""
+    try:
+        _bound(host, 0).close()
+    except (OSError, UnicodeError) as e:
+        return f"cannot listen on {host!r}: {getattr(e, 'strerror', None) or e}"
+    return None
+
+
 async def serve(app: web.Application, host: str, port: int, *,
                 ssl_context: ssl.SSLContext | None = None, shutdown_timeout: float = 60.0,
                 limits: Limits = Limits()) -> tuple[web.AppRunner, int]:
     """Serve `app` on host:port from the running loop; returns its runner (clean it up to stop)
     and the bound port (port 0 picks a free one). `shutdown_timeout` is how long the cleanup
     waits for handlers still running; `limits` bound the connections (connection_guard.py)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        sock = _bound(host, port)
     except (OverflowError, OSError) as e:  # a port out of range, taken, an address not ours
-        sock.close()
         why = "the port must be 0-65535" if isinstance(e, OverflowError) else e.strerror or e
         raise OSError(getattr(e, "errno", None) or 0,
                       f"cannot listen on {address(host, port)}: {why}") from None
-    except BaseException:
-        sock.close()
-        raise
     guard = ConnectionGuard(limits)
     app.middlewares.append(guard.middleware)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)

@@ -19,20 +19,47 @@ from ..config.settings import Config, ConfigError
 from .push import ENV_TOKEN
 
 
+PUSH_TOKEN, METRICS_TOKEN, METRICS_PASSWORD = (
+    "aggregator.push_token_file", "aggregator.metrics_token_file",
+    "aggregator.metrics_password_file")
+
+
+def secret_files(config: Config) -> dict[str, str]:
+    """The secret files the config uses, by key."""
+    agg = config.aggregator
+    files = {PUSH_TOKEN: agg.push_token_file, METRICS_TOKEN: agg.metrics_token_file,
+             METRICS_PASSWORD: agg.metrics_password_file if agg.metrics_username else ""}
+    return {key: path for key, path in files.items() if path}
+
+
+def problems(config: Config) -> list[tuple[str, str]]:
+    """Everything `Access(config)` and its TLS context would refuse, all at once, as
+    (key, reason) pairs (check-config)."""
+    out: list[tuple[str, str]] = []
+    for key, path in secret_files(config).items():
+        try:
+            read_secret(path, key)
+        except ConfigError as e:
+            out += e.errors
+    try:
+        server_ssl_context(config)
+    except ConfigError as e:
+        out += e.errors
+    return out
+
+
 class Access:
     """The aggregator's credentials and TLS context, from its config."""
 
     def __init__(self, config: Config):
         agg = config.aggregator
         self.config = config
-        self.push_token = (read_secret(agg.push_token_file, "aggregator.push_token_file")
-                           if agg.push_token_file else os.environ.get(ENV_TOKEN, "").strip())
-        self.metrics_token = (read_secret(agg.metrics_token_file, "aggregator.metrics_token_file")
-                              if agg.metrics_token_file else "")
+        secrets = {key: read_secret(path, key) for key, path in secret_files(config).items()}
+        self.push_token = secrets.get(PUSH_TOKEN) or os.environ.get(ENV_TOKEN, "").strip()
+        self.metrics_token = secrets.get(METRICS_TOKEN, "")
         self.metrics_basic: tuple[str, str] | None = None
         if agg.metrics_username:
-            self.metrics_basic = (agg.metrics_username, read_secret(
-                agg.metrics_password_file, "aggregator.metrics_password_file"))
+            self.metrics_basic = (agg.metrics_username, secrets[METRICS_PASSWORD])
 
     def push_authorized(self, authorization: str) -> bool:
         if not self.push_token:
@@ -60,20 +87,24 @@ class Access:
             'Bearer realm="ttft-exporter"'
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The server's TLS context from `tls_cert_file`/`tls_key_file`, or None for plain HTTP."""
-        agg = self.config.aggregator
-        if not agg.tls_cert_file:
-            return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(agg.tls_cert_file, agg.tls_key_file)
-        except (OSError, ssl.SSLError) as e:
-            why = getattr(e, "strerror", None) or e
-            raise ConfigError("config", [("aggregator.tls_cert_file",
-                                          f"cannot load {agg.tls_cert_file} and "
-                                          f"{agg.tls_key_file}: {why}")]) from None
-        return context
+        return server_ssl_context(self.config)
+
+
+def server_ssl_context(config: Config) -> ssl.SSLContext | None:
+    """The server's TLS context from `tls_cert_file`/`tls_key_file`, or None for plain HTTP."""
+    agg = config.aggregator
+    if not agg.tls_cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(agg.tls_cert_file, agg.tls_key_file)
+    except (OSError, ssl.SSLError) as e:
+        why = getattr(e, "strerror", None) or e
+        raise ConfigError("config", [("aggregator.tls_cert_file",
+                                      f"cannot load {agg.tls_cert_file} and "
+                                      f"{agg.tls_key_file}: {why}")]) from None
+    return context
 
 
 def _bearer_matches(authorization: str, token: str) -> bool:

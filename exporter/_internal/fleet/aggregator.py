@@ -47,7 +47,7 @@ from ..record.recorder import Recorder
 from . import validate, wire
 from .absorb import absorb, in_flight_rows, set_in_flight
 from .access import Access
-from .journal import StateFiles
+from .journal import StateFiles, unusable
 from .wire import Delta, PushError
 
 log = logging.getLogger("exporter.aggregator")
@@ -111,10 +111,10 @@ class Aggregator:
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self._last_snapshot = clock()
         if self.files is not None:
+            why = unusable(agg.snapshot_path)
+            if why is not None:
+                raise ConfigError("config", [("aggregator.snapshot_path", why)])
             folder = self.files.path.parent
-            if not folder.is_dir():
-                raise ConfigError("config", [("aggregator.snapshot_path",
-                                              f"the directory {folder} does not exist")])
             try:
                 self.restore()
             except OSError as e:
@@ -270,6 +270,7 @@ class Aggregator:
             raise
         except Exception:  # a bug must not take the aggregator down, nor half-apply silently
             log.exception("ttft-exporter aggregator: push failed")
+            self.recorder.count_drop(names.DROP_INTERNAL)
             return web.json_response({"error": "internal"}, status=500)
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:

@@ -23,6 +23,25 @@ from typing import Any, Iterator
 
 log = logging.getLogger("exporter.aggregator")
 
+
+def unusable(path: str) -> str | None:
+    """Why a snapshot cannot be kept at `path` (None when it can): its directory must exist and
+    take new files (tried: a permission check would pass for root on a read-only volume), and
+    the snapshot and journal, if there, must open for reading and writing."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        return f"the directory {folder} does not exist"
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        for file in (Path(path), Path(path + ".journal")):
+            if file.exists():
+                with open(file, "r+b"):
+                    pass
+    except OSError as e:
+        return f"cannot use {e.filename or folder}: {e.strerror or e}"
+    return None
+
 _RECORD = struct.Struct(">I")
 
 

@@ -26,6 +26,7 @@ from ..promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
                       histogram_mode, kept, num, outcome_ratio, percent, runbook_url,
                       scope_matchers, scopes, selector, sli_error_ratio, sli_record)
 from .cause_rules import cause_alerts, decision_records, signal_records
+from .loss_alerts import loss_alerts
 
 # --- alert-only policy ------------------------------------------------------------------------
 
@@ -428,6 +429,7 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             w(600), "ttft-exporter drops samples ({{ $labels.reason }}): {{ $labels.instance }}",
             f"{{{{ $labels.instance }}}} drops {_VALUE_2F} samples per second for reason "
             f"{{{{ $labels.reason }}}}: the metrics undercount.", config),
+        *loss_alerts(config, _alert),
     ]
     # With an allowlist, folding every other tenant is the configured behaviour, not a problem.
     if config.labels.tenant_policy != "allowlist":

@@ -45,12 +45,21 @@ ROUTE_CHANGE = "Incident: silent route change to a farther region"
 
 @dataclass(frozen=True)
 class Spec:
-    """One of the four dashboards: its uid (also the file stem), title and purpose (the
-    dashboard's description, which generate.py marks as generated)."""
+    """One of the dashboards: its uid (also the file stem), title and purpose (the dashboard's
+    description, which generate.py marks as generated)."""
 
     uid: str
     title: str
     purpose: str
+
+    def in_mode(self, config: Config) -> Spec:
+        """The uid and title in the config's histogram mode: the native dashboards have their
+        own (`-native`, "(native histograms)"), so a Grafana can import both sets side by side;
+        their files keep the classic stem, under native/."""
+        if config.dashboards.histograms == "classic":
+            return self
+        return Spec(f"{self.uid}-{config.dashboards.histograms}",
+                    f"{self.title} ({config.dashboards.histograms} histograms)", self.purpose)
 
 
 OVERVIEW = Spec("ttft-overview", "LLM TTFT: overview",
@@ -400,11 +409,12 @@ def dashboard(spec: Spec, config: Config,
     range and variables); `extra` variables follow the usual ones."""
     links = [core.DashboardLink(type="link", title=other.title, uri=f"/d/{other.uid}",
                                 icon="dashboard", includeVars=True, keepTime=True)
-             for other in SPECS if other is not spec]
+             for other in (s.in_mode(config) for s in SPECS if s is not spec)]
     queries = Queries(config)
     panels = (build or BUILDERS[spec])(config, queries)
+    named = spec.in_mode(config)
     return Dashboard(
-        title=spec.title, uid=spec.uid, tags=TAGS, schemaVersion=SCHEMA_VERSION,
+        title=named.title, uid=named.uid, tags=TAGS, schemaVersion=SCHEMA_VERSION,
         description=spec.purpose, panels=panels, links=links, editable=True,
         refresh=config.alerting.dashboard_refresh, time=core.Time("now-3h", "now"),
         graphTooltip=core.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,

@@ -3,7 +3,7 @@ tables written from their definitions by `ttft-exporter generate`.
 
 Prose that restates a value the code defines drifts from it (docs gave 8 MiB where the code had
 4); these tables cannot, and a test regenerates and diffs them like the dashboards and rules.
-The other docs link here rather than repeat a default, and tests/test_doc_values.py checks the
+The other docs link here rather than repeat a default, and tests/test_docs.py checks the
 values they still state beside a key's name.
 """
 
@@ -85,9 +85,10 @@ def thresholds_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-def metrics_reference() -> str:
-    """Every family the exporter serves: the in-process ones as a fresh store renders them, the
-    SLO counts served beside native histograms, and the aggregator's own."""
+def served_families() -> list[tuple[str, str, tuple[str, ...], str]]:
+    """(name, type, labels, help) of every family the exporter serves: the in-process ones as
+    a fresh store renders them, the aggregator's own, and the SLO counts served beside native
+    histograms."""
     store = Store(Config())
     aggregator = Aggregator(Config())  # no snapshot path: no file, no thread
     try:
@@ -110,6 +111,10 @@ def metrics_reference() -> str:
         rows.append((name, family.type, labels, family.documentation))
     rows += [(names.slo_calls_name(family), "counter", (*family.base, "le"), slo_help(family))
              for family in names.SLO_FAMILIES.values()]
+    return rows
+
+
+def metrics_reference() -> str:
     lines = ["# Metric families", "", GENERATED.strip(), "",
              "Every family `/metrics` serves (exporter/_internal/names.py names them); "
              "docs/metrics.md explains them. The SLO counts are served with native histograms "
@@ -118,5 +123,5 @@ def metrics_reference() -> str:
              "also carry `tenant` where docs/metrics.md says so.", "",
              "| family | type | labels | help |", "| --- | --- | --- | --- |"]
     lines += [f"| `{name}` | {kind} | {', '.join(f'`{label}`' for label in labels)} | "
-              f"{_cell(text)} |" for name, kind, labels, text in rows]
+              f"{_cell(text)} |" for name, kind, labels, text in served_families()]
     return "\n".join(lines) + "\n"

@@ -42,9 +42,14 @@ class Recorder(Store):
         #: caps): a set lookup per call instead of six guard calls. Only values whose guard
         #: calls have no effect are here (never a folded, replaced or counted value).
         self._kept: set[tuple[str, str, str]] = set()
-        #: (family state, index of its value in Derived) of every per-call family.
-        self._call_states = tuple((self.families[fam.name], Derived._fields.index(fam.per_call))
-                                  for fam in names.HISTOGRAMS if fam.per_call)
+        #: What a call observes, in one loop: (family state, index of its value in Derived,
+        #: None) for every per-call family, then (the phase family's state, None, phase) for
+        #: every phase.
+        phase_state = self.families[names.PHASE_FAMILY.name]
+        self._observations = tuple(
+            (self.families[fam.name], Derived._fields.index(fam.per_call), None)
+            for fam in names.HISTOGRAMS if fam.per_call) + tuple(
+            (phase_state, None, phase) for phase in names.PHASES)
 
     # --- recording (caller's thread; never raises) -----------------------------------------
 
@@ -138,11 +143,20 @@ class Recorder(Store):
         observe = self.observe
         dirty = self.dirty
         trace_id = t.trace_id
-        for state, field in self._call_states:
-            value = d[field]
-            if value is None:
-                continue
-            values = with_tenant if state.has_tenant else base
+        phases = d.phases
+        for state, field, phase in self._observations:
+            if phase is None:
+                value = d[field]
+                if value is None:
+                    continue
+                values = with_tenant if state.has_tenant else base
+            else:
+                value = phases.get(phase)
+                if value is None:
+                    continue
+                # label order (model, phase, provider, route[, tenant]) is the sorted order
+                values = (model, phase, provider, route, tenant) if state.has_tenant else \
+                    (model, phase, provider, route)
             series = state.series.get(values)
             if series is not None and value.__class__ is int and value >= 0 \
                     and slice_id <= series.pending_slice:
@@ -163,24 +177,6 @@ class Recorder(Store):
             if series is not None:
                 series.pending.extend(d.gaps)
                 series.fold(self.keep)
-        if d.phases:
-            state = self.families[names.PHASE_FAMILY.name]
-            has_tenant = state.has_tenant
-            all_series = state.series
-            for phase, value in d.phases.items():
-                # label order (model, phase, provider, route[, tenant]) is the sorted order
-                values = (model, phase, provider, route, tenant) if has_tenant else \
-                    (model, phase, provider, route)
-                series = all_series.get(values)
-                if series is not None and value.__class__ is int and value >= 0 \
-                        and slice_id <= series.pending_slice:  # as above
-                    dirty.add(series)
-                    pending = series.pending
-                    pending.append(value)
-                    if len(pending) >= PENDING_MAX:
-                        series.fold(self.keep)
-                else:
-                    observe(state, values, value, slice_id)
 
     def _usage(self, request_key: tuple[str, ...], d: Derived) -> None:
         """Add a call's usage to its tenant's counters (the requests row's labels, so the rows

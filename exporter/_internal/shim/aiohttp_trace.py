@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from time import perf_counter_ns
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 
@@ -34,79 +34,60 @@ def _timeline(ctx: SimpleNamespace) -> Any:
     return getattr(call, "timeline", None)
 
 
-def _dispatched(t: Any, now: int, reused: bool) -> None:
+def _signal(stamp: Callable[[Any, int, Any], None]) -> Callable[..., Awaitable[None]]:
+    """An aiohttp signal handler that stamps the request's call, if any; never raises."""
+    async def handler(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+        try:
+            t = _timeline(ctx)
+            if t is not None:
+                stamp(t, perf_counter_ns(), params)
+        except Exception:
+            count_drop()
+    return handler
+
+
+def _create_start(t: Any, now: int, params: Any) -> None:
+    """A new connection starts: the request has its connection (after any pool wait)."""
     if t.dispatched is None:
         t.dispatched = now
-    if reused:
-        t.connected = t.dispatched
 
 
-async def _on_create_start(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-    try:
-        t = _timeline(ctx)
-        if t is not None:
-            _dispatched(t, perf_counter_ns(), reused=False)
-    except Exception:
-        count_drop()
+def _create_end(t: Any, now: int, params: Any) -> None:
+    t.connected = now
 
 
-async def _on_create_end(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-    try:
-        t = _timeline(ctx)
-        if t is not None:
-            t.connected = perf_counter_ns()
-    except Exception:
-        count_drop()
+def _reuse(t: Any, now: int, params: Any) -> None:
+    """An idle connection is reused: dispatched and connected at once (connect = 0)."""
+    _create_start(t, now, params)
+    t.connected = t.dispatched
 
 
-async def _on_reuse(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-    try:
-        t = _timeline(ctx)
-        if t is not None:
-            _dispatched(t, perf_counter_ns(), reused=True)
-    except Exception:
-        count_drop()
-
-
-async def _on_sent(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+def _sent(t: Any, now: int, params: Any) -> None:
     """Headers sent, then each body chunk: the last one wins."""
-    try:
-        t = _timeline(ctx)
-        if t is not None:
-            t.sent = perf_counter_ns()
-    except Exception:
-        count_drop()
+    t.sent = now
 
 
-async def _on_request_end(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-    try:
-        t = _timeline(ctx)
-        if t is not None:
-            t.headers = now = perf_counter_ns()
-            headers = getattr(params.response, "headers", None)
-            if headers is not None:
-                note_processing(t, now, headers.get(PROCESSING_HEADER))
-    except Exception:
-        count_drop()
+def _request_end(t: Any, now: int, params: Any) -> None:
+    t.headers = now
+    headers = getattr(params.response, "headers", None)
+    if headers is not None:
+        note_processing(t, now, headers.get(PROCESSING_HEADER))
 
 
-async def _on_chunk(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-    try:
-        t = _timeline(ctx)
-        if t is not None and t.first_byte is None:
-            t.first_byte = perf_counter_ns()
-    except Exception:
-        count_drop()
+def _chunk(t: Any, now: int, params: Any) -> None:
+    if t.first_byte is None:
+        t.first_byte = now
 
 
 def trace_config() -> aiohttp.TraceConfig:
     """A `TraceConfig` stamping the phases of the `Call` passed as `trace_request_ctx`."""
     config = aiohttp.TraceConfig()
-    config.on_connection_create_start.append(_on_create_start)
-    config.on_connection_create_end.append(_on_create_end)
-    config.on_connection_reuseconn.append(_on_reuse)
-    config.on_request_headers_sent.append(_on_sent)
-    config.on_request_chunk_sent.append(_on_sent)
-    config.on_request_end.append(_on_request_end)
-    config.on_response_chunk_received.append(_on_chunk)
+    config.on_connection_create_start.append(_signal(_create_start))
+    config.on_connection_create_end.append(_signal(_create_end))
+    config.on_connection_reuseconn.append(_signal(_reuse))
+    sent = _signal(_sent)
+    config.on_request_headers_sent.append(sent)
+    config.on_request_chunk_sent.append(sent)
+    config.on_request_end.append(_signal(_request_end))
+    config.on_response_chunk_received.append(_signal(_chunk))
     return config

@@ -78,70 +78,74 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
     return call
 
 
+class _Scope:
+    """What `request()` changes while the SDK builds and sends one request: the current call
+    (or none, hiding an outer call from a request that is not an LLM call) and its span."""
+
+    __slots__ = ("call", "token", "span_token")
+
+    def __init__(self, call: SdkCall | None):
+        self.call = call
+        self.token = _CURRENT.set(call)
+        self.span_token = call.activate() if call is not None and call.span is not None else None
+
+    def leave(self, exc: BaseException | None, result: Any = None, stream: Any = False) -> Any:
+        """Restore the context; end the call on `exc`, else hand it the result."""
+        call = self.call
+        try:
+            if call is not None and exc is not None:
+                call.end(exc)
+        finally:
+            _CURRENT.reset(self.token)
+            if call is not None and call.span is not None:
+                call.deactivate(self.span_token)
+        if call is not None and exc is None:
+            call.returned(result, bool(stream))
+        return result
+
+
+def _enter(sdk: SDK, client: Any, options: Any, is_async: bool) -> _Scope | None:
+    """The scope of one `request()`, or None when it changes nothing (the fast pass-through)."""
+    call = None
+    if enabled[0]:
+        try:
+            call = _begin(sdk, client, options, is_async)
+        except Exception:
+            runtime.count_drop()
+    if call is None and _CURRENT.get() is None:
+        return None
+    return _Scope(call)
+
+
 def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
-    """Wrap `SyncAPIClient.request` / `AsyncAPIClient.request`."""
+    """Wrap `SyncAPIClient.request` / `AsyncAPIClient.request`. The two bodies differ only by
+    `await` (Python has no other way); `_enter` and `_Scope.leave` hold the logic."""
     if is_async:
         @functools.wraps(original)
         async def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any
                           ) -> Any:
-            call = None
-            if enabled[0]:
-                try:
-                    call = _begin(sdk, self, options, True)
-                except Exception:
-                    runtime.count_drop()
-            if call is None:
-                if _CURRENT.get() is None:
-                    return await original(self, cast_to, options, *args, **kwargs)
-                token = _CURRENT.set(None)  # a request made while an LLM call is being sent
-                try:
-                    return await original(self, cast_to, options, *args, **kwargs)
-                finally:
-                    _CURRENT.reset(token)
-            token = _CURRENT.set(call)
-            span_token = call.activate() if call.span is not None else None
+            scope = _enter(sdk, self, options, True)
+            if scope is None:
+                return await original(self, cast_to, options, *args, **kwargs)
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
             except BaseException as exc:
-                call.end(exc)
+                scope.leave(exc)
                 raise
-            finally:
-                _CURRENT.reset(token)
-                if call.span is not None:
-                    call.deactivate(span_token)
-            call.returned(result, bool(kwargs.get("stream")))
-            return result
+            return scope.leave(None, result, kwargs.get("stream"))
         return request
 
     @functools.wraps(original)
     def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
-        call = None
-        if enabled[0]:
-            try:
-                call = _begin(sdk, self, options, False)
-            except Exception:
-                runtime.count_drop()
-        if call is None:
-            if _CURRENT.get() is None:
-                return original(self, cast_to, options, *args, **kwargs)
-            token = _CURRENT.set(None)  # a request made while an LLM call is being sent
-            try:
-                return original(self, cast_to, options, *args, **kwargs)
-            finally:
-                _CURRENT.reset(token)
-        token = _CURRENT.set(call)
-        span_token = call.activate() if call.span is not None else None
+        scope = _enter(sdk, self, options, False)
+        if scope is None:
+            return original(self, cast_to, options, *args, **kwargs)
         try:
             result = original(self, cast_to, options, *args, **kwargs)
         except BaseException as exc:
-            call.end(exc)
+            scope.leave(exc)
             raise
-        finally:
-            _CURRENT.reset(token)
-            if call.span is not None:
-                call.deactivate(span_token)
-        call.returned(result, bool(kwargs.get("stream")))
-        return result
+        return scope.leave(None, result, kwargs.get("stream"))
     return request
 
 
