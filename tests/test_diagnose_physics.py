@@ -130,13 +130,14 @@ def test_diagnose_names_each_scenario_by_how_ttft_is_made(run: dict[str, Any],
     findings = {(f["model"], f["route"]): f for f in json.loads(proc.stdout)}
     assert {k: f["cause"] for k, f in findings.items()} == EXPECTED, findings
     surge = findings[("m-surge-cached", "r")]["evidence"]
-    # the prefill grew with the uncached work, at the server's usual speed (0.2 s per 1k)
+    # the prefill grew with the uncached work, at the server's usual speed (0.2 s per 1k;
+    # rate() extrapolates each series at the window's edges: ratios of two are a little off)
     # (a scrape stamped just before the change may be served after it: a few calls off)
     assert surge["uncached_input_tokens_per_call_now"] == pytest.approx(8000, rel=0.1)
     assert surge["uncached_input_tokens_per_call_baseline"] == pytest.approx(400, rel=0.25)
     for key in ("now", "baseline"):
         assert surge[f"prefill_seconds_per_1k_uncached_tokens_{key}"] == \
-            pytest.approx(PREFILL_MS_PER_TOKEN, rel=0.05)
+            pytest.approx(PREFILL_MS_PER_TOKEN, rel=0.15)
     assert findings[("m-surge-tenant", "r")]["tenants"] == ["t0"]
     assert findings[("m-surge-cached", "r")]["tenants"] == []
     assert findings[("m-two", "near")]["evidence"]["new_upstream_share"] == 0
