@@ -214,6 +214,22 @@ def test_notes_give_commands_that_work(chart):
     assert "curl -s http://127.0.0.1:9469/healthz" in notes
     assert "image ttft-exporter:0.1.0" in notes and 'job "llm-ttft-exporter"' in notes
     assert "pip install ttft-exporter" not in notes
+    assert "set serviceMonitor.labels.release" in notes and "pushToken.existingSecret" in notes
+    quiet = render_raw(chart, {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                               "pushToken": {"existingSecret": "push-token"}},
+                       api_versions=OPERATOR_APIS)["ttft-exporter/templates/NOTES.txt"]
+    assert "release label" not in quiet and "GitOps" not in quiet
+
+
+def test_the_generated_push_token_changes_without_a_cluster_and_existing_secret_is_stable(chart):
+    """What the README's GitOps advice rests on: rendered without a cluster (as Argo CD and
+    Flux do), the chart's own token differs on every render; an existing Secret is referenced."""
+    def tokens(values: dict) -> list[str]:
+        return [d["data"]["token"] for d in by_kind(render(chart, values), "Secret")]
+    assert tokens({}) != tokens({})
+    docs = render(chart, {"pushToken": {"existingSecret": "push-token"}})
+    assert by_kind(docs, "Secret") == [] and "push-token" in json.dumps(
+        by_kind(docs, "Deployment")[0])
 
 
 @pytest.mark.parametrize("config, refused", [

@@ -1,26 +1,37 @@
 """The Dockerfile the Helm chart defaults to. No Docker engine runs here, so what can be checked
 is checked: its build context (pyproject.toml, README.md, exporter/) builds and installs the
-package with the `ttft-exporter` command, and the image's user, entrypoint and port are the
-ones the chart runs, under the documented image name."""
+package with the `ttft-exporter` command, and serves without the generator's grafanalib; the
+image's user, entrypoint and port are the ones the chart runs, under the documented image name;
+its HEALTHCHECK command passes against a real `ttft-exporter serve` and fails without one; its
+OCI labels are the package's; its base image is pinned by digest."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
 import yaml
+
+from exporter._internal.config.settings import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "ttft-exporter"
 
 
 def instructions() -> list[tuple[str, str]]:
-    lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
-    return [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
+    """(instruction, arguments), continuation lines joined."""
+    text = "\n".join(line for line in (ROOT / "Dockerfile").read_text().splitlines()
+                     if not line.lstrip().startswith("#"))
+    lines = [" ".join(line.split()) for line in text.replace("\\\n", " ").splitlines()]
+    return [tuple(line.split(None, 1)) for line in lines if line]
 
 
 def test_the_build_context_installs_the_package_and_its_command(tmp_path: Path) -> None:
@@ -53,6 +64,66 @@ def test_the_build_context_installs_the_package_and_its_command(tmp_path: Path) 
                           "from exporter.cli import main; main(['serve', '--help'])", str(site)],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert run.returncode == 0 and "--config" in run.stdout, run.stderr
+    # The image installs no extra: grafanalib (the generator's) is not a dependency, and the
+    # aggregator's server is built without it; generate says which extra it needs.
+    [metadata] = site.glob("ttft_exporter-*.dist-info/METADATA")
+    requires = [line for line in metadata.read_text().splitlines()
+                if line.startswith("Requires-Dist: grafanalib")]
+    assert requires and all("extra ==" in line for line in requires), requires
+    without = ("import sys; sys.path.insert(0, sys.argv[1]); sys.modules['grafanalib'] = None\n"
+               "from exporter._internal.config.settings import Config\n"
+               "from exporter._internal.expose.server import create_app\n"
+               "from exporter._internal.fleet.aggregator import Aggregator\n"
+               "create_app(lambda: None, Aggregator(Config()))\n"
+               "from exporter.cli import main\n"
+               "sys.exit(main(['generate', '--out', sys.argv[2]]))\n")
+    run = subprocess.run([sys.executable, "-c", without, str(site), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 2 and "pip install 'ttft-exporter[generate]'" in run.stderr, (
+        run.stderr)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_healthcheck_passes_against_serve_and_fails_without_it(tmp_path: Path) -> None:
+    ops = dict(instructions())
+    healthcheck = ops["HEALTHCHECK"]
+    command = json.loads(healthcheck.split("CMD", 1)[1])
+    assert command[0] == "python" and f":{ops['EXPOSE']}/healthz" in command[-1]
+    port = _free_port()
+    probe = [sys.executable, *command[1:-1],
+             command[-1].replace(f":{ops['EXPOSE']}/", f":{port}/")]
+    serve = subprocess.Popen([sys.executable, "-m", "exporter.cli", "serve", "--port", str(port)],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):  # until it listens
+            assert serve.poll() is None, serve.stderr.read() if serve.stderr else ""
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        assert subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    assert subprocess.run(probe, capture_output=True, timeout=30).returncode != 0
+
+
+def test_the_image_is_labelled_and_its_base_pinned_by_digest() -> None:
+    ops = dict(instructions())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    labels = dict(item.split("=", 1) for item in shlex.split(ops["LABEL"]))
+    prefix = "org.opencontainers.image."
+    assert labels[prefix + "version"] == project["version"]
+    assert labels[prefix + "licenses"] == project["license"]
+    assert labels[prefix + "source"].startswith("https://github.com/")
+    assert labels[prefix + "source"] in Config().alerting.runbook_url
+    assert re.fullmatch(r"python:3\.\d+-slim@sha256:[0-9a-f]{64}", ops["FROM"])
+    assert "docker buildx imagetools inspect python:3.11-slim" in (ROOT / "Dockerfile").read_text()
 
 
 def test_the_image_runs_what_the_chart_expects() -> None:
