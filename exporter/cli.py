@@ -1,4 +1,4 @@
-"""`ttft-exporter` command line: serve, demo, generate, diagnose, check-config.
+"""`ttft-exporter` command line: serve, demo, generate, diagnose, view, check-config.
 
 User mistakes (a bad config, a busy port) print one clear line per problem and exit 2; a
 traceback means a bug in the exporter.
@@ -106,6 +106,27 @@ def _diagnose(args: argparse.Namespace) -> int:
         print(json.dumps([f.as_json() for f in findings], indent=2))
     else:
         print(table(findings, req))
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    from ._internal.diagnose.run import DiagnoseError, parse_duration
+    from ._internal.view.backend import Findings
+    from ._internal.view.boards import BoardsError, load_boards
+    from ._internal.view.pages import Settings
+    from ._internal.view.server import create_app, serve_until_signalled
+
+    try:
+        boards = load_boards(Path(args.dashboards))
+        findings = Findings(args.prometheus, since=parse_duration(args.since),
+                            baseline=parse_duration(args.baseline))
+        settings = Settings(scrape_seconds=parse_duration(args.scrape_interval),
+                            time_from=f"now-{parse_duration(args.range):.0f}s" if args.range else None)
+        app = create_app(boards, args.prometheus, settings, findings)
+    except (BoardsError, DiagnoseError) as e:
+        print(f"ttft-exporter view: {e}", file=sys.stderr)
+        return 2
+    serve_until_signalled(app, args.addr, args.port)
     return 0
 
 
@@ -241,6 +262,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds per Prometheus query (default 10)")
     p.set_defaults(func=_diagnose)
+    p = sub.add_parser("view", help="a local web page of the generated dashboards, drawn from "
+                                    "Prometheus, with its firing alerts and diagnose's findings")
+    p.add_argument("--prometheus", required=True, metavar="URL",
+                   help="Prometheus' base URL, e.g. http://127.0.0.1:9090")
+    p.add_argument("--port", type=_port, default=9470, help="page port (default 9470)")
+    p.add_argument("--addr", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--dashboards", default="dashboards", metavar="DIR",
+                   help="the dashboards' JSON, as generate wrote it (default ./dashboards)")
+    p.add_argument("--scrape-interval", default="15s", metavar="DURATION",
+                   help="Prometheus' scrape interval, for $__rate_interval (default 15s)")
+    p.add_argument("--range", metavar="DURATION",
+                   help="time range shown, ending now (default: each dashboard's own)")
+    p.add_argument("--since", default="15m", metavar="DURATION",
+                   help="diagnose's window on the page (default 15m)")
+    p.add_argument("--baseline", default="1h", metavar="DURATION",
+                   help="diagnose's baseline window (default 1h)")
+    p.set_defaults(func=_view)
     p = sub.add_parser("check-config", help="validate a config file; exit 2 on any error")
     p.add_argument("file")
     p.set_defaults(func=_check_config)

@@ -256,3 +256,28 @@ def test_every_metric_a_doc_names_is_served(doc: Path):
     unknown = {n for n in named if not any(n.removesuffix(s) in served for s in suffixes if
                                            n.endswith(s))}
     assert not unknown
+
+
+def test_the_readmes_config_example_is_valid_and_shows_the_defaults():
+    """Every value of README's config block is the default, but the SLO override it shows."""
+    import yaml
+
+    from exporter._internal.config.loader import load
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Configuration", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load(block)
+    load(data)  # check-config accepts it
+
+    def leaves(value: Any, path: str) -> list[tuple[str, Any]]:
+        if isinstance(value, dict):
+            return [leaf for k, v in value.items() for leaf in leaves(v, f"{path}.{k}" if path
+                                                                      else k)]
+        return [(path, value)]
+    shown = leaves({k: v for k, v in data.items() if k != "slos"}, "")
+    shown += leaves(data["slos"][0], "slos[]")
+    wrong = [(path, value) for path, value in shown
+             if (list(DEFAULTS[path]) if isinstance(DEFAULTS[path], tuple) else DEFAULTS[path])
+             != value]
+    assert not wrong
+

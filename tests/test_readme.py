@@ -68,3 +68,15 @@ def test_a_taken_port_raises_oserror_and_nothing_else_does() -> None:
     assert "cannot listen on 127.0.0.1:9469: Address already in use" in README
     assert 'port=int(os.environ.get("METRICS_PORT", "9469"))' in snippet()
     assert "stream_options={\"include_usage\": True}" in snippet()
+
+
+def test_configure_raises_config_error_for_a_bad_config_as_the_readme_says() -> None:
+    """The one other exception the README admits to: a bad config, every mistake at once."""
+    from exporter._internal.config.settings import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        exporter.configure({"labels": {"max_tenants": 0}, "server": {"port": -1}})
+    assert {path for path, _ in error.value.errors} == {"labels.max_tenants", "server.port"}
+    prose = " ".join(README.split())
+    assert "`exporter.configure()` raises `ConfigError` for a bad config" in prose
+    assert "Nothing else in the exporter raises into your code." in prose

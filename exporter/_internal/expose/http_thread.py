@@ -9,10 +9,11 @@ calls `stop()` still exits.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import ssl
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -151,3 +152,20 @@ class HttpThread:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def serve_until_signalled(server: HttpThread, announce: Callable[[HttpThread], str]) -> None:
+    """Start `server`, print `announce(server)` (the real URL: port 0 picks a free port, and
+    scripts and tests read it), serve in the foreground until SIGINT or SIGTERM, then stop."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    server.start()
+    print(announce(server), flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import time
-import signal
 import ssl
-import threading
 from typing import Callable, Protocol
 
 from aiohttp import web
@@ -27,6 +25,7 @@ from .. import names
 from ..config.settings import ServerConfig
 from .connection_guard import Limits
 from .debut import SCRAPER_HEADER
+from . import http_thread
 from .http_thread import HttpThread
 from .text import Renderer, Scrape
 from .textformat import (OPENMETRICS, OPENMETRICS_CONTENT_TYPE, PROTOBUF, PROTOBUF_CONTENT_TYPE,
@@ -183,19 +182,6 @@ class ExporterServer(HttpThread):
 def serve_until_signalled(addr: str, port: int, app: web.Application,
                           ssl_context: ssl.SSLContext | None = None,
                           config: ServerConfig | None = None) -> None:
-    """Serve in the foreground until SIGINT or SIGTERM, then stop cleanly.
-
-    Prints the real URL (port 0 picks a free port) so scripts and tests can find it.
-    """
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    server = ExporterServer(app, addr, port, ssl_context, config).start()
-    print(f"ttft-exporter serving {server.url}", flush=True)
-    try:
-        while not stop.wait(1.0):
-            pass
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    """Serve in the foreground until SIGINT or SIGTERM, then stop cleanly; print the URL."""
+    http_thread.serve_until_signalled(ExporterServer(app, addr, port, ssl_context, config),
+                                      lambda server: f"ttft-exporter serving {server.url}")

@@ -1,0 +1,87 @@
+"""What the page asks the view server for: Prometheus' HTTP API, passed through, and the
+current `diagnose` findings.
+
+The page never talks to Prometheus itself: one origin (no CORS setup on Prometheus), and the
+view server is the only place that knows its URL. Only the read endpoints a dashboard needs
+pass; a query error keeps Prometheus' status and JSON body, so the page shows it on its panel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from ..diagnose.run import DiagnoseError, Prometheus, Request, diagnose
+
+#: The API paths (under /api/v1/) the page reads: panel queries, variables, alerts.
+PASSED = re.compile(r"(query|query_range|series|alerts|label/[A-Za-z_][A-Za-z0-9_]*/values)")
+
+
+class PrometheusProxy:
+    """GET /api/v1/<path>?... forwarded to Prometheus, its answer returned as it came."""
+
+    def __init__(self, prometheus_url: str, timeout: float = 30.0):
+        self.url = prometheus_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        path = request.match_info["path"]
+        if not PASSED.fullmatch(path):
+            raise web.HTTPNotFound(text=f"/api/v1/{path} is not passed to Prometheus")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        try:
+            async with self._session.get(f"{self.url}/api/v1/{path}",
+                                         params=request.query) as answer:
+                body = await answer.read()
+                return web.Response(status=answer.status, body=body,
+                                    content_type=answer.content_type)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            return web.json_response(
+                {"status": "error", "errorType": "unavailable",
+                 "error": f"cannot reach Prometheus at {self.url}: {type(e).__name__} {e}"},
+                status=502)
+
+
+@dataclass
+class Findings:
+    """`diagnose` over the last `since` seconds against the `baseline` seconds before them,
+    run at most once per `max_age` seconds however many pages ask (it runs ~40 queries)."""
+
+    prometheus_url: str
+    since: float = 900.0
+    baseline: float = 3600.0
+    max_age: float = 10.0
+    _cached: dict[str, Any] | None = None
+    _at: float = 0.0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def _run(self) -> dict[str, Any]:
+        at = time.time()
+        answer: dict[str, Any] = {"at": at, "since": self.since, "baseline": self.baseline}
+        try:
+            found = diagnose(Prometheus(self.prometheus_url),
+                             Request(at=at, since=self.since, baseline=self.baseline))
+            answer["findings"] = [f.as_json() for f in found]
+        except DiagnoseError as e:  # e.g. no TTFT series yet: said on the page
+            answer["findings"], answer["error"] = [], str(e)
+        return answer
+
+    async def handle(self, request: web.Request) -> web.Response:
+        async with self._lock:
+            if self._cached is None or time.monotonic() - self._at > self.max_age:
+                self._cached = await asyncio.to_thread(self._run)
+                self._at = time.monotonic()
+            return web.json_response(self._cached)
