@@ -22,6 +22,8 @@ from tests.support.prometheus import grafana_expr
 MIN_SECONDS = 320
 #: Range-query step (s): what Grafana uses over a few minutes (its minimum, the scrape interval).
 STEP = SCRAPE
+#: Seconds a query may take: Prometheus runs niced, beside the whole suite.
+SLOW = 120
 ROOT = Path(__file__).resolve().parent.parent
 #: The pick of a "top N" time series: the N ranked over the whole range (panels.top).
 TOP_PICK = re.compile(r"(?:topk|bottomk)\((\d+), (?:max|min)_over_time\(")
@@ -60,22 +62,23 @@ def test_a_calm_demo_never_pages(calm_run: CalmRun) -> None:
     prom = calm_run.prom
     ran = f"{int(end - start)}s"
     calls = _by_route(prom.query(f"sum by (model, route) "
-                                 f"(increase({names.REQUESTS_TOTAL}[{ran}]))"))
+                                 f"(increase({names.REQUESTS_TOTAL}[{ran}]))", timeout=SLOW))
     # each objective's miss ratio over the whole run (its 1h window holds all of it)
-    missed = _by_route(prom.query(f"{promql.sli_record(3600)} > 0"), "sli")
-    firing = prom.query_range('ALERTS{alertstate="firing"}', start, end, STEP)
-    pending = prom.query_range('ALERTS{alertstate="pending"}', start, end, STEP)
+    missed = _by_route(prom.query(f"{promql.sli_record(3600)} > 0", timeout=SLOW), "sli")
+    firing = prom.query_range('ALERTS{alertstate="firing"}', start, end, STEP, SLOW)
+    pending = prom.query_range('ALERTS{alertstate="pending"}', start, end, STEP, SLOW)
     facts = (f"calls: {calls}\nmiss ratios over the run: {missed}\n"
              f"pending at some point: {[a['metric']['alertname'] for a in pending]}")
     print(facts)  # the measured figures, with -s
     assert not firing, f"alerts fired in a calm demo: {[a['metric'] for a in firing]}\n" \
         f"{facts}\n{calm_run.demo_log()}"
-    broken = [(r["name"], r.get("lastError")) for g in prom.rules() for r in g["rules"]
+    broken = [(r["name"], r.get("lastError")) for g in prom.rules(SLOW) for r in g["rules"]
               if r["health"] == "err"]
     assert not broken
     # The run is real: every model and route made calls and the SLO rules judged each ...
     assert len(calls) >= 9 and min(calls.values()) >= 5, facts
-    judged = prom.query(f'count by (model, route) ({promql.sli_record(300)}{{sli="ttft"}})')
+    judged = prom.query(f'count by (model, route) ({promql.sli_record(300)}{{sli="ttft"}})',
+                        timeout=SLOW)
     assert len(judged) >= 9, judged
     # ... and met every objective well under the page's burn, also where too few calls were
     # made for an alert to judge (alerting.min_calls): the fleet meets its objectives.
@@ -94,12 +97,12 @@ def test_no_top_n_panel_draws_more_than_n_series(calm_run: CalmRun) -> None:
             assert picks, f"{title}: a top N picked anew at each step"
             n = int(picks[-1])
             expr = _expr(t["expr"], end - start)
-            series = calm_run.prom.query_range(expr, start, end, STEP, timeout=120)
+            series = calm_run.prom.query_range(expr, start, end, STEP, timeout=SLOW)
             assert len(series) <= n, (title, n, [s["metric"] for s in series])
             # for the record: what a plain topk at each step draws over the same range
             kind = "bottomk" if "bottomk(" in t["expr"] else "topk"
             plain = f"{kind}({n}, {expr.split(chr(10) + 'and' + chr(10))[0]})"
-            anew = calm_run.prom.query_range(plain, start, end, STEP, timeout=120)
+            anew = calm_run.prom.query_range(plain, start, end, STEP, timeout=SLOW)
             drawn[f"{title} [{t['refId']}]"] = (n, len(series), len(anew))
     print("top N panels, (N, series drawn, series of a plain topk):", drawn)
     assert len(drawn) >= 20
@@ -115,7 +118,7 @@ def test_calm_panels_say_none_and_show_now(calm_run: CalmRun) -> None:
     def drawn(title: str) -> list[dict[str, Any]]:
         [(_, panel)] = [(k, p) for k, p in panels.items() if k.endswith(" / " + title)]
         return calm_run.prom.query_range(_expr(panel["targets"][0]["expr"], end - start),
-                                         last_minute, end, STEP, timeout=120)
+                                         last_minute, end, STEP, timeout=SLOW)
 
     cause = drawn("Likely cause by model and route")
     assert [s["metric"] for s in cause] == [{"cause": "none"}], cause

@@ -174,13 +174,14 @@ class PrometheusServer:
             raise PrometheusError(f"GET {url}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]
 
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+    def query(self, expr: str, at: float | None = None, timeout: float = 10.0
+              ) -> list[dict[str, Any]]:
         """Instant query (now, or at Unix time `at`); the result vector (or a one-element list
         for a scalar/string)."""
         params = {"query": expr}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        data = self._get("/api/v1/query", params)
+        data = self._get("/api/v1/query", params, timeout)
         if data["resultType"] in ("scalar", "string"):
             return [{"metric": {}, "value": data["result"]}]
         return data["result"]
@@ -213,9 +214,9 @@ class PrometheusServer:
         """Active alerts (pending and firing) from `/api/v1/alerts`."""
         return self._get("/api/v1/alerts")["alerts"]
 
-    def rules(self) -> list[dict[str, Any]]:
+    def rules(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Rule groups with their rules' health and last error, from `/api/v1/rules`."""
-        return self._get("/api/v1/rules")["groups"]
+        return self._get("/api/v1/rules", timeout=timeout)["groups"]
 
     def targets(self) -> list[dict[str, Any]]:
         """Active scrape targets with health and last error, from `/api/v1/targets`."""
