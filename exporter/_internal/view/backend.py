@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from ..diagnose.causes import DEFAULT, Thresholds
 from ..diagnose.run import DiagnoseError, Prometheus, Request, diagnose
 
 #: The API paths (under /api/v1/) the page reads: panel queries, variables, alerts.
@@ -67,6 +68,7 @@ class Findings:
     baseline: float = 3600.0
     baseline_at: float | None = None
     max_age: float = 10.0
+    thresholds: Thresholds = DEFAULT
     _cached: dict[str, Any] | None = None
     _at: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -79,7 +81,8 @@ class Findings:
         answer: dict[str, Any] = {"at": at, "since": self.since, "baseline": self.baseline,
                                   "baseline_end": request.baseline_end}
         try:
-            found = diagnose(Prometheus(self.prometheus_url, timeout=30.0), request)
+            found = diagnose(Prometheus(self.prometheus_url, timeout=30.0), request,
+                             self.thresholds)
             answer["findings"] = [f.as_json() for f in found]
         except DiagnoseError as e:  # e.g. no TTFT series yet: said on the page
             answer["findings"], answer["error"] = [], str(e)
