@@ -17,3 +17,4 @@ def test_benchmarks_run_quick():
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
     assert "| figure |" in out and "bytes per series" in out and "scrape" in out
+    assert "| `exporter.instrument()` | +" in out and "stream with usage, cold" in out

@@ -108,8 +108,13 @@ def test_a_new_connection_is_closed_when_every_slot_is_inside_a_handler():
     push_head = (b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ttft-delta\r\n"
                  b"Content-Length: 1000\r\n\r\nabc")  # the body never comes: 408 after 1 s
     busy = [trickling("127.0.0.1", server.port, request=push_head) for _ in range(20)]
+    guard = next(m.__self__ for m in server._app.middlewares
+                 if isinstance(getattr(m, "__self__", None), connection_guard.ConnectionGuard))
     try:
-        time.sleep(0.5)  # (their handlers are reading the body)
+        deadline = time.monotonic() + 10
+        while guard.open < 20 or guard.idle:  # until all 20 handlers are reading their body
+            assert time.monotonic() < deadline, (guard.open, guard.idle)
+            time.sleep(0.02)  # poll
         extra = trickling("127.0.0.1", server.port)
         assert closed_by_peer(extra, within=2)
         assert closed_since(before)["limit"] == 1 and closed_since(before)["shed"] == 0
@@ -178,4 +183,38 @@ def test_healthz_answers_while_the_largest_push_is_applied():
         assert agg.recorder.counts().series > 3000  # applied whole, within max_series
     finally:
         release.set()
+        server.stop()
+
+
+def test_connections_that_never_start_tls_are_shed_like_any_idle_one(tmp_path):
+    """With TLS, the handshake runs behind the guard: 100 connections from 127.0.0.2 that never
+    send a ClientHello hold at most `max_connections_per_client` slots (asyncio's TLS server
+    kept every one of them, uncounted, for 60 s), and /healthz over TLS answers."""
+    import ssl
+
+    from exporter._internal.config.settings import AggregatorConfig
+    from tests.test_aggregator import self_signed
+
+    cert, key = self_signed(tmp_path)
+    config = Config(aggregator=AggregatorConfig(tls_cert_file=str(cert), tls_key_file=str(key)))
+    limits = replace(LIMITS, max_connections_per_client=5, header_timeout_seconds=30)
+    agg = Aggregator(replace(config, server=limits))
+    renderer = Renderer(agg.recorder, agg.families)
+    server = ExporterServer(create_app(lambda: renderer, agg), "127.0.0.1", 0,
+                            agg.access.ssl_context(), config=limits).start()
+    before = dict(connection_guard.CLOSED)
+    silent = []
+    try:
+        for _ in range(100):
+            silent.append(trickling("127.0.0.1", server.port, "127.0.0.2", request=b""))
+        assert sum(closed_by_peer(s, within=5) for s in silent[:95]) == 95
+        assert not any(closed_by_peer(s, within=0.1) for s in silent[95:])
+        assert closed_since(before)["shed"] == 95
+        trusted = ssl.create_default_context(cafile=str(cert))
+        answer = urllib.request.urlopen(f"https://127.0.0.1:{server.port}/healthz",
+                                        context=trusted, timeout=5).read()
+        assert answer == b"ok\n"
+    finally:
+        for s in silent:
+            s.close()
         server.stop()

@@ -16,6 +16,11 @@ idle connection, and past `server.max_connections` the client holding the most c
 loses its oldest idle one (`shed`). Only when every connection is inside a handler is a new one
 closed at once (`limit`). Closed connections are counted by reason
 (`ttft_exporter_http_connections_closed_total`).
+
+With TLS the guard stands in front of the handshake (it runs `start_tls` itself once a
+connection is let in): a connection that never completes its handshake holds a slot like one
+that never sends its headers, and is shed or timed out the same way; asyncio's own TLS server
+would keep it, uncounted, for 60 s.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class _Guarded(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.counted = False  # holds one of the guard's slots
         self.served = False  # aiohttp's protocol has seen connection_made
+        self.handshake: asyncio.Task[None] | None = None  # TLS, until it is done
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -63,9 +69,34 @@ class _Guarded(asyncio.Protocol):
             return
         self.guard.add(self)
         self.counted = True
-        self.arm()
+        self.arm()  # (the handshake, if any, and the headers within the header timeout)
+        if self.guard.tls is None:
+            self.serve(transport)
+        else:
+            self.handshake = asyncio.ensure_future(self._start_tls(transport))
+
+    def serve(self, transport: asyncio.BaseTransport) -> None:
         self.served = True
         self.inner.connection_made(transport)
+
+    async def _start_tls(self, transport: asyncio.BaseTransport) -> None:
+        """The TLS handshake, then aiohttp's protocol on the decrypted transport (this protocol
+        stays in between: it sees the connection end)."""
+        assert self.guard.tls is not None
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                transport, self, self.guard.tls, server_side=True,  # type: ignore[arg-type]
+                ssl_handshake_timeout=self.guard.limits.header_timeout_seconds)
+        except (OSError, asyncio.CancelledError):  # failed, timed out, closed or shed
+            self.release()
+            return
+        finally:
+            self.handshake = None
+        if tls is None or not self.counted:
+            self.release()
+            transport.abort()
+            return
+        self.serve(tls)
 
     def arm(self) -> None:
         """Wait for a complete request's headers, at most the header timeout: idle until then."""
@@ -121,8 +152,9 @@ class _Guarded(asyncio.Protocol):
 class ConnectionGuard:
     """The guard of one listening socket (per server): its connections, per client."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, tls: ssl.SSLContext | None = None):
         self.limits = limits
+        self.tls = tls  # the guard runs the TLS handshake of each connection it lets in
         self.open = 0
         self.by_handler: dict[Any, _Guarded] = {}
         #: client address -> its open connections
@@ -185,8 +217,9 @@ class GuardedSite(web.SockSite):
 
     def __init__(self, runner: web.BaseRunner, sock: socket.socket, guard: ConnectionGuard, *,
                  ssl_context: ssl.SSLContext | None = None):
-        super().__init__(runner, sock, ssl_context=ssl_context)
+        super().__init__(runner, sock, ssl_context=ssl_context)  # (its URL says https)
         self._guard = guard
+        guard.tls = ssl_context
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # (registers the site with its runner)
@@ -194,5 +227,11 @@ class GuardedSite(web.SockSite):
         assert server is not None
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: self._guard.protocol(server()), sock=self._sock, ssl=self._ssl_context,
-            backlog=self._backlog)
+            lambda: self._guard.protocol(server()), sock=self._sock, backlog=self._backlog)
+
+    async def stop(self) -> None:
+        """Also end the handshakes still running (aiohttp does not know those connections)."""
+        for guarded in list(self._guard.by_handler.values()):
+            if guarded.handshake is not None:
+                guarded.handshake.cancel()  # (start_tls closes the connection)
+        await super().stop()

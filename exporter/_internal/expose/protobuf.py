@@ -28,6 +28,8 @@ from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from ..record.schema import FamilySchema
 from . import textformat
 from .native import ZERO_THRESHOLD, Converter
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from .proto import metrics_pb2 as pb
 from .sample import Sample
 
@@ -62,11 +64,14 @@ def _labels(pairs: Sequence[tuple[str, str]]) -> list[pb.LabelPair]:
     return [pb.LabelPair(name=k, value=v) for k, v in pairs]
 
 
+def _stamp(into: Timestamp, unix: float) -> None:
+    into.seconds, into.nanos = divmod(round(unix * 1e9), 1_000_000_000)
+
+
 def _exemplar(exemplar: Exemplar) -> pb.Exemplar:
     trace_id, value, timestamp = exemplar
-    nanos = round(timestamp * 1e9)
     out = pb.Exemplar(label=[pb.LabelPair(name=EXEMPLAR_LABEL, value=trace_id)], value=value)
-    out.timestamp.seconds, out.timestamp.nanos = divmod(nanos, 1_000_000_000)
+    _stamp(out.timestamp, timestamp)
     return out
 
 
@@ -117,9 +122,10 @@ class Encoder:
             found = self._labels[key] = [pb.LabelPair(name=k, value=v) for k, v in key]
         return found
 
-    def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample
-                  ) -> tuple[bytes, bytes]:
-        """The series' histogram metric, and its SLO counts metrics (b"" for other families)."""
+    def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample,
+                  created: float | None = None) -> tuple[bytes, bytes]:
+        """The series' histogram metric, and its SLO counts metrics (b"" for other families),
+        with `created` as their created timestamp (created.py) when known."""
         name = fam.name
         native = self._converters[name].convert(now.hist)
         cumulative = now.cumulative
@@ -143,6 +149,8 @@ class Encoder:
             out.positive_span.extend(_NO_OP_SPAN)
         if now.exemplars:
             self._exemplars(out, name, cumulative, now.exemplars)
+        if created is not None:
+            _stamp(out.created_timestamp, created)
         slo = self._slo.get(name)
         if slo is None:
             return family.SerializeToString(), b""
@@ -154,6 +162,8 @@ class Encoder:
             counter.label.extend(label_pairs)
             counter.label.append(le)
             counter.counter.value = count
+            if created is not None:
+                _stamp(counter.counter.created_timestamp, created)
         return family.SerializeToString(), counters.SerializeToString()
 
     def _exemplars(self, out: pb.Histogram, name: str, cumulative: list[int],
@@ -186,13 +196,17 @@ class Encoder:
 
 
 def small_family(family: Metric) -> bytes:
-    """A prometheus_client family (counters, gauges: the self-metrics), delimited."""
+    """A prometheus_client family (counters, gauges: the self-metrics), delimited; a counter's
+    `_created` sample (after its value's) is its created timestamp."""
     kind = family.type
     name = family.name + "_total" if kind == "counter" else family.name
     out = pb.MetricFamily(name=name, help=family.documentation,
                           type=_TYPES.get(kind, pb.UNTYPED))
+    metric = None
     for sample in family.samples:
-        if sample.name != name:  # (a counter's `_created` sample)
+        if sample.name != name:
+            if metric is not None and kind == "counter":
+                _stamp(metric.counter.created_timestamp, sample.value)
             continue
         metric = out.metric.add(label=_labels(sorted(sample.labels.items())))
         if kind == "counter":
