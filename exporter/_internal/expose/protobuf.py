@@ -10,7 +10,7 @@ classic rules divide `_bucket{le=...}` by `_count`.
 
 Family headers and the self-metrics are built with the `protobuf` package from
 prometheus/client_model's definitions (proto/metrics_pb2.py); the series, thousands per scrape,
-are written directly in the same wire format (wire.py), byte for byte what those messages
+are written directly in the same wire format (protowire.py), byte for byte what those messages
 serialize. One series is serialized as a one-metric MetricFamily, which is exactly
 the bytes of one element of the family's repeated `metric` field, so the renderer caches each
 series' bytes and a family is its header's bytes followed by its series' (protobuf merges
@@ -28,11 +28,11 @@ from .. import names
 from ..config.settings import Config
 from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from ..record.schema import FamilySchema
-from . import textformat, wire
+from . import protowire as wire, textformat
 from .native import ZERO_THRESHOLD, Converter
 from .proto import metrics_pb2 as pb
 from .sample import Sample
-from .wire import varint
+from .protowire import varint
 
 _TYPES = {"counter": pb.COUNTER, "gauge": pb.GAUGE, "summary": pb.SUMMARY,
           "histogram": pb.HISTOGRAM, "unknown": pb.UNTYPED}
@@ -69,7 +69,7 @@ def _labels(pairs: Sequence[tuple[str, str]]) -> list[pb.LabelPair]:
 class Encoder:
     """Serializes one config's series: histograms with native buckets, SLO counts, windows.
 
-    Each message is written directly in the wire format (wire.py) from pieces computed once
+    Each message is written directly in the wire format (protowire.py) from pieces computed once
     per family: every classic bucket's upper bound, the SLO counters' `le` pairs; and once per
     series: its label pairs.
     """

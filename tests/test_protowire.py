@@ -1,4 +1,4 @@
-"""The protobuf encoder writes the wire format by hand (expose/wire.py): its bytes must be
+"""The protobuf encoder writes the wire format by hand (expose/protowire.py): its bytes must be
 exactly what prometheus/client_model's messages (metrics_pb2, upb) serialize for the same
 histogram, SLO counts and window summary. The reference below builds those messages field by
 field with the library; random histograms, exemplars and labels are compared byte for byte."""
@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from exporter._internal import names
 from exporter._internal.config.settings import Config
-from exporter._internal.expose import textformat, wire
+from exporter._internal.expose import protowire as wire, textformat
 from exporter._internal.expose.native import ZERO_THRESHOLD
 from exporter._internal.expose.proto import metrics_pb2 as pb
 from exporter._internal.expose.protobuf import Encoder
@@ -35,7 +35,7 @@ def _stamp(into, unix: float) -> None:
 
 
 def reference(fam, labels, now, classic: bool, encoder: Encoder) -> tuple[bytes, bytes]:
-    """The same series built as upb messages (how protobuf.py built them before wire.py)."""
+    """The same series built as upb messages (how protobuf.py built them before protowire.py)."""
     layout = SCHEMA.families[fam.name].layout
     bounds = [fam.to_unit(b) for b in layout.boundaries]
     native = encoder._converters[fam.name].convert(now.hist)

@@ -5,7 +5,7 @@ Building upb message objects (one `add` per bucket, span and label) cost the pro
 costs about what the text's f-strings do. The bytes are exactly what prometheus/client_model's
 messages (proto/metrics_pb2.py) serialize: fields in field-number order, every field that was
 set written even at zero (proto2 presence), repeated numbers unpacked (proto2's default),
-Timestamp's zero fields left out (proto3). tests/test_protobuf_wire.py compares the two over
+Timestamp's zero fields left out (proto3). tests/test_protowire.py compares the two over
 random histograms, so the upb definitions stay the reference.
 """
 
