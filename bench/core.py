@@ -183,6 +183,7 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
         rec = runtime.state().recorder
         rng = random.Random(3)
         now = time.perf_counter_ns()
+        renderer = Renderer(rec)  # before the calls: every series gets a created timestamp
         # N TTFT series: n/9 tenants x 3 models x 3 routes, a few calls each
         for i in range(n):
             t = CallTimeline(start=now, model=f"m{i % 3}", route=f"r{(i // 3) % 3}",
@@ -191,21 +192,21 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
             t.end = t.first_token + 1
             for _ in range(3):
                 rec._record_locked(t, _ttft_only(t))
-        renderer = Renderer(rec)
         renderer.delivered(renderer.scrape(TEXT, "prom").delivery)  # every series' debut
         registry = CollectorRegistry()
 
         registry.register(runtime.collector())
-        full, partial, scraped, reference = [], [], [], []
+        full, partial, scraped, openmetrics, reference = [], [], [], [], []
         size = 0
 
-        def render_changed(every: int, scraper: bool = False) -> tuple[float, int]:
+        def render_changed(every: int, scraper: bool = False, om: bool = False
+                           ) -> tuple[float, int]:
             """(ms, bytes) of a render after every `every`-th series changed since the last."""
             for k, s in enumerate(rec.families[names.TTFT.name].series.values()):
                 if k % every == 0:
                     rec.dirty.add(s)
             start = time.perf_counter()
-            body = renderer.render(scraper="prom" if scraper else None)
+            body = renderer.render(om, scraper="prom" if scraper else None)
             return (time.perf_counter() - start) * 1000, len(body)
 
         for _ in range(runs):
@@ -214,6 +215,8 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
             partial.append(render_changed(10)[0])  # 10% of the series changed
             # the same for a scraper: the debut bookkeeping (debut.py) on top
             scraped.append(render_changed(10, scraper=True)[0])
+            # OpenMetrics: exemplars and the `_created` lines (expose/created.py) on top
+            openmetrics.append(render_changed(10, om=True)[0])
             start = time.perf_counter()
             generate_latest(registry)
             reference.append((time.perf_counter() - start) * 1000)
@@ -228,6 +231,9 @@ def scrape_time(runs: int, sizes: tuple[int, ...]) -> list[str]:
         lines.append(f"| scrape {n:,} series, 10% changed, by a scraper (new series debut "
                      f"at zero) | {Stat.of(scraped).fmt('ms', 1)} | | (this/plain = "
                      f"{ratios(scraped, partial).median:.2f}×) |")
+        lines.append(f"| scrape {n:,} series, 10% changed, OpenMetrics (`_created` lines) | "
+                     f"{Stat.of(openmetrics).fmt('ms', 1)} | | (this/plain = "
+                     f"{ratios(openmetrics, partial).median:.2f}×) |")
         lines.append(f"| prometheus_client generate_latest, same {n:,} series | "
                      f"{Stat.of(reference).fmt('ms', 1)} | | |")
     runtime.configure(None)

@@ -161,11 +161,12 @@ def test_a_scrape_that_fails_after_rendering_uses_up_no_debut() -> None:
     srv = exporter.start_http_server(port=0)
     try:
         record(tenant="a", ttft_ms=120)
-        for _ in range(3):
-            with socket.create_connection(("127.0.0.1", srv.port)) as sock:
-                sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{SCRAPER_HEADER}: 10\r\n"
-                             "\r\n".encode())
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for i in range(40):  # a first render long enough to reset the connection in
+            record(model=f"m{i % 10}", tenant=f"x{i}")
+        with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{SCRAPER_HEADER}: 10\r\n"
+                         "\r\n".encode())
         assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 0
         assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 1
         # a body delivered after the timeout the scraper announced: it gave up, no debut used

@@ -1,9 +1,13 @@
-"""The served bytes equal prometheus_client's rendering of the same families, exactly."""
+"""The served bytes equal prometheus_client's rendering of the same families, exactly (less
+the OpenMetrics `_created` lines, which tests/test_exposition_golden.py and
+test_every_counter_row_and_histogram_series_has_a_created_line pin)."""
 
+import re
 import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 import exporter
 from exporter._internal import names, runtime
@@ -35,6 +39,11 @@ def record(model="m", route="r", tenant="t", provider="p", ttft_ms=120, gaps_ms=
     runtime.state().recorder.record_call(t)
 
 
+def served(renderer: Renderer, openmetrics: bool) -> bytes:
+    """The body, less the `_created` lines prometheus_client's families do not carry."""
+    return re.sub(rb"(?m)^[a-z_]+_created[{ ].*\n", b"", renderer.render(openmetrics))
+
+
 def reference(openmetrics=False):
     registry = CollectorRegistry()
     registry.register(exporter.collector())
@@ -48,13 +57,13 @@ def test_text_and_openmetrics_equal_prometheus_client():
                gaps_ms=(1, 2000 + i, 7), outcome="ok" if i % 5 else "error")
     for openmetrics in (False, True):
         expected = reference(openmetrics)  # first: render() updates the scrape-duration gauge
-        assert renderer.render(openmetrics) == expected
+        assert served(renderer, openmetrics) == expected
     # after a partial change, cached series and re-rendered ones still add up to the same bytes
     record(model="m1", tenant="we\"ird\\1", ttft_ms=2001)
     record(model="new", tenant="x")
     for openmetrics in (True, False):
         expected = reference(openmetrics)
-        assert renderer.render(openmetrics) == expected
+        assert served(renderer, openmetrics) == expected
 
 
 def test_slo_threshold_is_an_exact_le_boundary():
@@ -111,7 +120,7 @@ def test_exemplars_in_openmetrics_only_and_equal_to_prometheus_client():
     record(ttft_ms=300, model="untraced")
     for openmetrics in (True, False):
         expected = reference(openmetrics)
-        assert renderer.render(openmetrics) == expected
+        assert served(renderer, openmetrics) == expected
     om = renderer.render(True).decode()
     line = next(l for l in om.splitlines()
                 if l.startswith(names.TTFT.name + '_bucket{le="2.0",model="m"'))
@@ -120,3 +129,57 @@ def test_exemplars_in_openmetrics_only_and_equal_to_prometheus_client():
     assert "trace_id" not in renderer.render(False).decode()
     # the ITL family (per chunk) carries no exemplars
     assert not [l for l in om.splitlines() if l.startswith(names.ITL.name) and "#" in l]
+
+
+def test_every_counter_row_and_histogram_series_has_a_created_line():
+    """OpenMetrics `_created`: one per counter row and histogram series (prometheus_client's
+    OpenMetrics parser reads the body), at or before the series' birth and before the first
+    render showing it, the same at every render; none in the 0.0.4 text format, none for the
+    series and nonzero rows present when the renderer was built (an aggregator's restored
+    state: a time after their real birth would count them twice)."""
+    clock = ManualClock()
+    rec = Recorder(load({}), clock)
+    record_on(rec, clock, tenant="old")
+    renderer = Renderer(rec)  # built at 1.7e9: "old" predates it
+    clock.advance(10)
+    renderer.render(True)  # a read at 1.7e9 + 10: what it shows first was born after 1.7e9
+    clock.advance(5)
+    record_on(rec, clock, tenant="new")  # born at 1.7e9 + 15
+    clock.advance(5)
+    first = renderer.render(True).decode()
+    clock.advance(5)
+    record_on(rec, clock, tenant="new")
+    assert renderer.render(True).decode().count("_created") == first.count("_created")
+    families = list(text_string_to_metric_families(first))
+    created = {}
+    for family in families:
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                created[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    born_new = 0
+    for family in families:
+        if family.type not in ("counter", "histogram"):
+            assert not any(s.name.endswith("_created") for s in family.samples), family.name
+            continue
+        for s in family.samples:
+            if not s.name.endswith(("_total", "_count")):
+                continue
+            at = created.get((family.name + "_created", tuple(sorted(s.labels.items()))))
+            if s.labels.get("tenant") == "new":
+                assert at == 1.7e9 + 10, (family.name, s.labels)  # the read before its birth
+                born_new += 1
+            elif s.value:  # "old", and the series "new" shares with it (no tenant label)
+                assert at is None, (family.name, s.labels)
+            else:  # a row at zero: zero since the build
+                assert at == 1.7e9, (family.name, s.labels)
+    assert born_new >= 4
+    assert "_created" not in renderer.render(False).decode()
+
+
+def record_on(rec: Recorder, clock: ManualClock, tenant: str) -> None:
+    t = CallTimeline(start=clock.now_ns - 80 * MS, model="m", provider="p", route="r",
+                     tenant=tenant)
+    t.token(t.start + 50 * MS)
+    t.end = t.start + 80 * MS
+    t.outcome = "ok"
+    rec.record_call(t)

@@ -34,7 +34,8 @@ def _stamp(into, unix: float) -> None:
     into.seconds, into.nanos = divmod(round(unix * 1e9), 1_000_000_000)
 
 
-def reference(fam, labels, now, classic: bool, encoder: Encoder) -> tuple[bytes, bytes]:
+def reference(fam, labels, now, created, classic: bool, encoder: Encoder
+              ) -> tuple[bytes, bytes]:
     """The same series built as upb messages (how protobuf.py built them before protowire.py)."""
     layout = SCHEMA.families[fam.name].layout
     bounds = [fam.to_unit(b) for b in layout.boundaries]
@@ -64,6 +65,8 @@ def reference(fam, labels, now, classic: bool, encoder: Encoder) -> tuple[bytes,
                 out.bucket.add(upper_bound=bounds[position],
                                cumulative_count=now.cumulative[position], exemplar=message)
         out.exemplars.append(message)
+    if created is not None:
+        _stamp(out.created_timestamp, created)
     if fam.name not in encoder._slo:
         return family.SerializeToString(), b""
     positions, _ = encoder._slo[fam.name]
@@ -76,6 +79,8 @@ def reference(fam, labels, now, classic: bool, encoder: Encoder) -> tuple[bytes,
         counter.label.extend(pairs)
         counter.label.add(name="le", value=le)
         counter.counter.value = count
+        if created is not None:
+            _stamp(counter.counter.created_timestamp, created)
     return family.SerializeToString(), counters.SerializeToString()
 
 
@@ -92,17 +97,18 @@ exemplar_strategy = st.tuples(label_text, st.floats(allow_nan=False, width=64),
 @settings(max_examples=300, deadline=None)
 @given(family=st.sampled_from(FAMILIES), classic=st.booleans(), labels=labels_strategy,
        values=values_strategy,
-       exemplars=st.dictionaries(st.integers(0, 40), exemplar_strategy, max_size=4))
-def test_histogram_bytes_equal_the_upb_messages(family, classic, labels, values,
-                                                exemplars) -> None:
+       exemplars=st.dictionaries(st.integers(0, 40), exemplar_strategy, max_size=4),
+       created=st.one_of(st.none(), st.floats(0, 4e9)))
+def test_histogram_bytes_equal_the_upb_messages(family, classic, labels, values, exemplars,
+                                                created) -> None:
     layout = SCHEMA.families[family.name].layout
     hist = Histogram(layout)
     hist.record_many([min(v, layout.highest) for v in values])
     positions = len(layout.boundaries) + 1
     now = sample(family, hist, {p % positions: e for p, e in exemplars.items()} or None)
     encoder = ENCODERS[classic]
-    ours, our_counters = encoder.histogram(family, labels, now)
-    theirs, their_counters = reference(family, labels, now, classic, encoder)
+    ours, our_counters = encoder.histogram(family, labels, now, created)
+    theirs, their_counters = reference(family, labels, now, created, classic, encoder)
     assert ours == theirs
     assert our_counters == their_counters
     assert pb.MetricFamily.FromString(ours).metric[0].histogram.sample_count == len(values)

@@ -108,8 +108,13 @@ def test_a_new_connection_is_closed_when_every_slot_is_inside_a_handler():
     push_head = (b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ttft-delta\r\n"
                  b"Content-Length: 1000\r\n\r\nabc")  # the body never comes: 408 after 1 s
     busy = [trickling("127.0.0.1", server.port, request=push_head) for _ in range(20)]
+    guard = next(m.__self__ for m in server._app.middlewares
+                 if isinstance(getattr(m, "__self__", None), connection_guard.ConnectionGuard))
     try:
-        time.sleep(0.5)  # (their handlers are reading the body)
+        deadline = time.monotonic() + 10
+        while guard.open < 20 or guard.idle:  # until all 20 handlers are reading their body
+            assert time.monotonic() < deadline, (guard.open, guard.idle)
+            time.sleep(0.02)  # poll
         extra = trickling("127.0.0.1", server.port)
         assert closed_by_peer(extra, within=2)
         assert closed_since(before)["limit"] == 1 and closed_since(before)["shed"] == 0

@@ -66,7 +66,7 @@ class Debuts:
     def __init__(self, recorder: Store, counters: list[Metric]):
         self.births = 0
         self._known: set[Series] | None = set(recorder.all_series())
-        self._rows: dict[_Row, int] = {_row(sample): 0 for family in counters
+        self._rows: dict[_Row, int] = {row_key(sample): 0 for family in counters
                                        if family.type == "counter"
                                        for sample in family.samples}
         self._watermarks: OrderedDict[str, int] = OrderedDict()
@@ -124,7 +124,7 @@ class Debuts:
         for family in counters:
             samples = family.samples
             for i, sample in enumerate(samples):
-                row = _row(sample)
+                row = row_key(sample)
                 born = rows.get(row)
                 if born is None:
                     self.births += 1
@@ -133,5 +133,6 @@ class Debuts:
                     samples[i] = sample._replace(value=0.0)
 
 
-def _row(sample: object) -> _Row:
+def row_key(sample: object) -> _Row:
+    """A counter sample's row: its name and label values."""
     return sample.name, tuple(sample.labels.values())  # type: ignore[attr-defined]

@@ -76,8 +76,12 @@ def render_family(family: Metric, openmetrics: bool) -> str:
     """A small family (counters, gauges) rendered each scrape, prometheus_client's way."""
     name = family.name + "_total" if family.type == "counter" else family.name
     out = [textformat.header(name, family.documentation, family.type, openmetrics)]
+    labels: dict[str, str] | None = None
+    label_text = ""
     for s in family.samples:
-        label_text = textformat.labels(list(s.labels.items()))
+        if s.labels is not labels:  # (a `_created` sample shares its row's labels)
+            labels = s.labels
+            label_text = textformat.labels(list(labels.items()))
         out.append(f"{s.name}{{{label_text}}} {textformat.number(s.value)}\n" if label_text
                    else f"{s.name} {textformat.number(s.value)}\n")
     return "".join(out)

@@ -30,6 +30,8 @@ from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from ..record.schema import FamilySchema
 from . import protowire as wire, textformat
 from .native import ZERO_THRESHOLD, Converter
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from .proto import metrics_pb2 as pb
 from .sample import Sample
 from .protowire import varint
@@ -64,6 +66,10 @@ def header(name: str, help_text: str, kind: str) -> bytes:
 
 def _labels(pairs: Sequence[tuple[str, str]]) -> list[pb.LabelPair]:
     return [pb.LabelPair(name=k, value=v) for k, v in pairs]
+
+
+def _stamp(into: Timestamp, unix: float) -> None:
+    into.seconds, into.nanos = divmod(round(unix * 1e9), 1_000_000_000)
 
 
 class Encoder:
@@ -116,10 +122,11 @@ class Encoder:
                 wire.field(b"\x0a", wire.label_pair(k, v)) for k, v in key)
         return found
 
-    def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample
-                  ) -> tuple[bytes, bytes]:
+    def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample,
+                  created: float | None = None) -> tuple[bytes, bytes]:
         """The series' histogram metric, and its SLO counts metrics (b"" for other families),
-        each as a one-metric MetricFamily."""
+        each as a one-metric MetricFamily, with `created` as their created timestamp
+        (created.py) when known."""
         name = fam.name
         varint = wire.varint
         native = self._converters[name].convert(now.hist)
@@ -149,6 +156,9 @@ class Encoder:
             span = b"\x08" + wire.zigzag(offset) + b"\x10" + varint(length)
             out += (b"\x62", varint(len(span)), span)
         out += map(_delta_field, native.deltas)
+        stamp = None if created is None else wire.timestamp(created)
+        if stamp is not None:
+            out.append(wire.field(b"\x7a", stamp))  # created_timestamp (15)
         for exemplar in marked.values():  # also in the native histogram's own list
             out += (b"\x82\x01", varint(len(exemplar)), exemplar)
         label_fields = self._label_fields(labels)
@@ -160,7 +170,11 @@ class Encoder:
             return family, b""
         positions, les = slo
         counts = [cumulative[p] for p in positions] + [now.count]
-        counters = [wire.field(b"\x22", label_fields + le + b"\x1a\x09\x09" + wire.double(count))
+        # Counter: value (1), created_timestamp (3)
+        created_field = b"" if stamp is None else wire.field(b"\x1a", stamp)
+        counter_key = b"\x1a" + varint(9 + len(created_field)) + b"\x09"
+        counters = [wire.field(b"\x22", label_fields + le + counter_key + wire.double(count) +
+                               created_field)
                     for le, count in zip(les, counts)]
         return family, b"".join(counters)
 
@@ -182,13 +196,17 @@ def _exemplar(exemplar: Exemplar) -> bytes:
 
 
 def small_family(family: Metric) -> bytes:
-    """A prometheus_client family (counters, gauges: the self-metrics), delimited."""
+    """A prometheus_client family (counters, gauges: the self-metrics), delimited; a counter's
+    `_created` sample (after its value's) is its created timestamp."""
     kind = family.type
     name = family.name + "_total" if kind == "counter" else family.name
     out = pb.MetricFamily(name=name, help=family.documentation,
                           type=_TYPES.get(kind, pb.UNTYPED))
+    metric = None
     for sample in family.samples:
-        if sample.name != name:  # (a counter's `_created` sample)
+        if sample.name != name:
+            if metric is not None and kind == "counter":
+                _stamp(metric.counter.created_timestamp, sample.value)
             continue
         metric = out.metric.add(label=_labels(sorted(sample.labels.items())))
         if kind == "counter":
@@ -199,4 +217,3 @@ def small_family(family: Metric) -> bytes:
             metric.untyped.value = sample.value
     data = out.SerializeToString()
     return varint(len(data)) + data
-

@@ -25,6 +25,7 @@ from ..record.series import FamilyState, Series
 from ..record.store import Snapshot, Store
 from . import textformat
 from .textformat import OPENMETRICS, PROTOBUF, TEXT
+from .created import CreatedTimes
 from .debut import SEEN_ALL, Debuts, Delivery
 from .families import counter_families, render_family, window_help, window_quantiles
 from .sample import Sample, sample, zero
@@ -51,16 +52,21 @@ class _Cached:
     """A series' rendered lines: the histogram (OpenMetrics differs only by exemplars), and the
     window quantiles with the slice they were computed for; the same in protobuf. `text` or
     `protobuf` is None while stale (the series changed during a scrape of the other format).
-    `born` is its birth number and `exemplars` its latest ones, for its debut (debut.py)."""
+    `born` is its birth number and `exemplars` its latest ones, for its debut (debut.py);
+    `created` its created timestamp (created.py) and `created_line` its OpenMetrics line."""
 
-    __slots__ = ("labels", "pairs", "born", "count", "total", "exemplars", "text", "openmetrics",
-                 "window", "window_slice", "protobuf", "protobuf_window",
-                 "protobuf_window_slice")
+    __slots__ = ("labels", "pairs", "born", "created", "created_line", "count", "total",
+                 "exemplars", "text", "openmetrics", "window", "window_slice", "protobuf",
+                 "protobuf_window", "protobuf_window_slice")
 
-    def __init__(self, labels: str, pairs: list[tuple[str, str]], born: int):
+    def __init__(self, name: str, labels: str, pairs: list[tuple[str, str]], born: int,
+                 created: float | None):
         self.labels = labels
         self.pairs = pairs
         self.born = born
+        self.created = created
+        self.created_line = ("" if created is None else
+                             f"{name}_created{{{labels}}} {textformat.number(created)}\n")
         self.exemplars: dict[int, Exemplar] | None = None
         self.count = 0  # of the histogram sample the text shows (the window lines repeat it)
         self.total = 0.0
@@ -86,7 +92,10 @@ class Renderer:
             name: [textformat.number(state.family.to_unit(b)) for b in state.layout.boundaries]
             + ["+Inf"] for name, state in recorder.families.items()}
         self._cache: dict[Series, _Cached] = {}
-        self._debuts = Debuts(recorder, counter_families(recorder, 0.0))
+        counters = counter_families(recorder, 0.0)
+        self._debuts = Debuts(recorder, counters)
+        self._created = CreatedTimes(counters + (extra() if extra is not None else []),
+                                     recorder.clock.time())
         self._encoder: Encoder | None = None  # built at the first protobuf scrape
         self._lock = threading.Lock()  # one render at a time: the caches are not shared-safe
 
@@ -107,6 +116,7 @@ class Renderer:
         (debut.py) until `delivered` says this one reached it."""
         with self._lock:
             started = time.perf_counter()
+            self._created.reading(self.recorder.clock.time())
             watermark = SEEN_ALL if scraper is None else self._debuts.watermark(scraper)
             body = (self._render_protobuf(watermark) if kind == PROTOBUF else
                     self._render(kind == OPENMETRICS, watermark))
@@ -147,12 +157,14 @@ class Renderer:
             series_list = rec.series_of(state)
             cache = self._current(series_list, protobuf=False)
             debut = self._debut(series_list, cache, watermark)
-            if debut:
-                out.extend(self._zero_text(series, cached, openmetrics) if series in debut else
-                           (cached.openmetrics or cached.text or "") if openmetrics else
+            if openmetrics:
+                for series, cached in zip(series_list, cache):
+                    out.append(self._zero_text(series, cached, True) if debut and series in debut
+                               else cached.openmetrics or cached.text or "")
+                    out.append(cached.created_line)
+            elif debut:
+                out.extend(self._zero_text(series, cached, False) if series in debut else
                            (cached.text or "") for series, cached in zip(series_list, cache))
-            elif openmetrics:
-                out.extend(c.openmetrics or c.text or "" for c in cache)
             else:
                 out.extend(c.text or "" for c in cache)
             if state.windowed:
@@ -168,7 +180,7 @@ class Renderer:
                                                           current_slice)
                         cached.window_slice = current_slice
                     out.append(cached.window)
-        families = self._counter_families(watermark)
+        families = self._counter_families(watermark, created=openmetrics)
         out.extend(render_family(family, openmetrics) for family in families)
         if openmetrics:
             out.append("# EOF\n")
@@ -191,7 +203,8 @@ class Renderer:
             parts = [c.protobuf for c in cache]
             if debut:
                 parts = [self.encoder.histogram(fam, cached.pairs,
-                                                zero(fam, state.layout, cached.exemplars))
+                                                zero(fam, state.layout, cached.exemplars),
+                                                cached.created)
                          if series in debut else part
                          for series, cached, part in zip(series_list, cache, parts)]
             out.append(delimited(header(fam.name, fam.help, "histogram"),
@@ -215,18 +228,21 @@ class Renderer:
                                      windows))
         for name, fam in self.encoder.slo_families():
             out.append(delimited(header(name, slo_help(fam), "counter"), slo_parts[fam.name]))
-        families = self._counter_families(watermark)
+        families = self._counter_families(watermark, created=True)
         out.extend(small_family(family) for family in families)
         return b"".join(out)
 
-    def _counter_families(self, watermark: int) -> list[Metric]:
+    def _counter_families(self, watermark: int, created: bool) -> list[Metric]:
         """The recorder's counters and gauges (rows born after `watermark` at zero), then the
-        extra families."""
+        extra families; with the counters' `_created` samples if `created`."""
         families = counter_families(self.recorder, self.last_scrape_seconds)
         if watermark != SEEN_ALL:
             self._debuts.zero_new_rows(families, watermark)
         if self.extra is not None:
             families += self.extra()
+        self._created.note_rows(families)
+        if created:
+            self._created.with_created(families)
         return families
 
     def _zero_text(self, series: Series, cached: _Cached, openmetrics: bool) -> str:
@@ -253,13 +269,16 @@ class Renderer:
             cached = self._cache.get(series)
             if cached is None:
                 pairs = list(zip(series.state.label_names, series.values))
-                cached = self._cache[series] = _Cached(textformat.labels(pairs), pairs,
-                                                       self._debuts.born(series))
+                born = self._debuts.born(series)
+                cached = self._cache[series] = _Cached(
+                    series.state.family.name, textformat.labels(pairs), pairs, born,
+                    None if born == 0 else self._created.previous_read)
             family = series.state.family
             now = sample(family, hist, exemplars)
             cached.exemplars = exemplars
             if protobuf:
-                cached.protobuf = self.encoder.histogram(family, cached.pairs, now)
+                cached.protobuf = self.encoder.histogram(family, cached.pairs, now,
+                                                         cached.created)
                 if changed:
                     cached.text = None
             else:
