@@ -233,3 +233,29 @@ def test_an_exemplar_recorded_before_the_first_scrape_is_served_with_the_debut()
     ttft = decode(renderer.scrape(PROTOBUF, "prom").body)[TTFT]
     exemplars = [e.label[0].value for m in ttft.metric for e in m.histogram.exemplars]
     assert exemplars == ["f" * 32] and ttft.metric[0].histogram.sample_count == 0
+
+
+def test_prometheus_stores_an_exemplar_recorded_before_the_first_scrape() -> None:
+    """A real Prometheus (exemplar storage on) scrapes a series whose first call, traced, was
+    recorded before its first scrape; a second traced call in the same bucket follows that
+    scrape ("latest wins" replaces the first exemplar). Both traces are stored: the first came
+    with the debut's zero."""
+    require_prometheus()
+    srv = exporter.start_http_server(port=0)
+    traces = ["e" * 32, "f" * 32]
+    config = scrape_config(urlparse(srv.base_url).netloc).replace(
+        "scrape_interval: 1s", "scrape_interval: 4s")  # room to record between two scrapes
+    try:
+        record(tenant="a", ttft_ms=120, trace_id=traces[0])
+        with PrometheusServer(config, extra_flags=["--enable-feature=exemplar-storage"]) as prom:
+            prom.wait_for(f'{TTFT}_count{{tenant="a"}} == 0', timeout=30)  # the debut
+            record(tenant="a", ttft_ms=120, trace_id=traces[1])
+            prom.wait_for(f'{TTFT}_count{{tenant="a"}} == 2', timeout=30)
+            now = time.time()
+            found = {e["labels"]["trace_id"] for series in prom._get(
+                "/api/v1/query_exemplars", {"query": f"{TTFT}_bucket", "start": str(now - 300),
+                                            "end": str(now + 5)})
+                     for e in series["exemplars"]}
+    finally:
+        srv.stop()
+    assert found == set(traces)

@@ -245,7 +245,7 @@ USAGE_CACHED_INPUT_TOKENS = "llm_client_usage_cached_input_tokens_total"
 USAGE_LABELS: tuple[str, ...] = (MODEL, PROVIDER, ROUTE, TENANT)
 #: Calls by the upstream they reached: resolved address, region header, system fingerprint.
 UPSTREAM_REQUESTS = "llm_client_upstream_requests_total"
-UPSTREAM_LABELS: tuple[str, ...] = (ADDRESS, FINGERPRINT, MODEL, PROVIDER, REGION)
+UPSTREAM_LABELS: tuple[str, ...] = (ADDRESS, FINGERPRINT, MODEL, PROVIDER, REGION, ROUTE)
 #: Response headers naming the region that answered (the first one present wins).
 REGION_HEADERS: tuple[str, ...] = ("x-ms-region", "x-region")
 

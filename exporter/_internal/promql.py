@@ -170,9 +170,15 @@ class HistogramMode(ABC):
                  matchers: Sequence[str] = (), offset: str = "") -> str:
         """`histogram_quantile` of the family's buckets over `window`, aggregated by
         `labels`."""
+        rates = self.bucket_rate(family, labels, window, matchers, offset)
+        return f"histogram_quantile({num(q)}, {rates})"
+
+    def bucket_rate(self, family: names.Family, labels: Sequence[str], window: str,
+                    matchers: Sequence[str] = (), offset: str = "") -> str:
+        """The rate of each of the family's buckets over `window`, aggregated by `labels`
+        (classic: one row per `le`; native: one histogram per row)."""
         buckets = selector(self._series(family, "bucket"), matchers)
-        return (f"histogram_quantile({num(q)}, {self._sum_buckets(labels)} "
-                f"(rate({buckets}{over(window, offset)})))")
+        return f"{self._sum_buckets(labels)} (rate({buckets}{over(window, offset)}))"
 
     def rate(self, family: names.Family, part: str, matchers: Sequence[str], window: str,
              offset: str = "") -> str:

@@ -5,10 +5,13 @@ own fingerprint in the metrics (docs/diagnose.md):
 
 | cause | signals |
 | --- | --- |
-| `prefill_surge` | input tokens per call up, prefill phase up |
+| `prefill_surge` | uncached input tokens per call up, the server's prefill speed (seconds per 1k uncached tokens) unchanged |
 | `cold_cache` | a few tenants' cached share of input tokens down, their TTFT up |
-| `noisy_neighbour` | the largest stall per call up for the model; input unchanged |
-| `route_change` | calls reach an upstream (address, region, fingerprint) unseen in the baseline, or the connect phase up |
+| `noisy_neighbour` | the largest stall per call up, or the prefill speed down with the work unchanged |
+| `route_change` | the route's calls reach an upstream (address, region, fingerprint) unseen in the baseline, or its connect phase up where no slower server, longer prompts or cold cache explains it |
+
+A call's TTFT is queue + connect + send + server wait + prefill of the *uncached* input tokens +
+the first decode step: the decision reads each term where it can tell the causes apart.
 
 Both readers of the decision take it from here: `ttft-exporter diagnose` (diagnose.py) queries
 the signals over any two windows and calls `classify`; the generated rules (cause_rules.py)
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from .. import names
 from ..config.settings import AlertingConfig
 from ..promql import HistogramMode, by, over, regex, runbook_url, selector
+from .noise import LogMoments, rise_in_standard_errors
 
 PREFILL_SURGE = "prefill_surge"
 COLD_CACHE = "cold_cache"
@@ -49,8 +53,10 @@ RUNBOOK = {
 }
 
 #: The phases the decision reads.
-CONNECT, SERVER, PREFILL = "connect", "server", "prefill"
-PHASES = (CONNECT, SERVER, PREFILL)
+QUEUE, CONNECT, SERVER, PREFILL = "queue", "connect", "server", "prefill"
+PHASES = (QUEUE, CONNECT, SERVER, PREFILL)
+#: The connect phase of the calls that opened a connection (Window.logs).
+OPENED = "connect_opened"
 
 
 @dataclass(frozen=True)
@@ -69,20 +75,26 @@ class Thresholds:
     #: few dozen calls of a route that mixes cached and uncached prompts moves by more than
     #: 25 % on its own (each call's spread is read from the window's p10..p90).
     degraded_z: float = 3.5
-    #: route_change: share of the model's calls that reached an upstream unseen in the baseline,
+    #: route_change: share of the route's calls that reached an upstream unseen in the
+    #: baseline,
     new_upstream_share: float = 0.5
     #: or the connect phase's mean up by a round trip and more.
     connect_factor: float = 2.0
     connect_min_seconds: float = 0.05
-    #: prefill_surge: input tokens per call and the prefill phase's mean, now / baseline.
+    #: prefill_surge: uncached input tokens per call and the prefill phase's mean, now /
+    #: baseline (the server prefills only what its cache does not serve).
     input_factor: float = 1.5
     prefill_factor: float = 1.25
-    #: ...and the prefill grew at most this many times as much as the prompts did ("in
-    #: proportion"): a prefill that outgrew its prompts waited on something else.
+    #: ...and the server's prefill speed unchanged: seconds per 1k uncached tokens at most
+    #: this many times the baseline's (a prefill that outgrew its uncached work waited on
+    #: something else: a slower server).
     prefill_excess: float = 2.0
-    #: noisy_neighbour: the mean of each call's largest stall, now / baseline and now - baseline.
-    stall_factor: float = 2.0
-    stall_min_seconds: float = 0.25
+    #: noisy_neighbour: seconds per 1k uncached tokens up this many times with the work
+    #: unchanged (a slower server: a neighbour in the batch, or less capacity)...
+    slower_prefill: float = 1.5
+    #: ...or the mean of each call's largest stall, now / baseline and now - baseline.
+    stall_factor: float = 1.5
+    stall_min_seconds: float = 0.05
     #: cold_cache: a tenant's cached share of input tokens fell by this much (absolute)...
     cache_drop: float = 0.25
     #: ...to at most this share of its baseline, and its cached tokens per call too: a cold
@@ -93,6 +105,11 @@ class Thresholds:
     #: comes back warm after one cold call per prompt prefix (the demo's tail tenants: 2-3
     #: calls a window, all cold), a cold cache stays cold (its incident: 7-30 calls).
     cold_min_calls: int = 5
+    #: a starved client (CPU, event loop): the queue phase, before the request leaves the
+    #: process, up by this factor and this many seconds. Every phase the client stamps is
+    #: late then, so no provider-side cause is named from the phases.
+    queue_factor: float = 2.0
+    queue_min_seconds: float = 0.02
 
 
 DEFAULT = Thresholds()
@@ -107,12 +124,15 @@ class Signal:
 
     key: str
     #: "mean" (histogram sum / count), "calls" (count increase), "spread" (p90 - p10),
-    #: "cached_share" (cached / all input tokens), "cached_per_call" (cached tokens / calls)
+    #: "cached_share" (cached / all input tokens), "cached_per_call" (cached tokens / calls),
+    #: "uncached_per_call" (input tokens the cache did not serve / calls)
     kind: str
     family: names.Family | None = None
     tenant: bool = False
     phase: bool = False
     per_model: bool = False  # over all routes of the model (no route label)
+    #: recorded by the generated rules too (False: read by diagnose only)
+    in_rules: bool = True
 
     def expr(self, window: str, matchers: Sequence[str], keep: Sequence[str],
              offset: str = "", *, mode: HistogramMode) -> str:
@@ -124,6 +144,11 @@ class Signal:
         m = [*matchers, *([regex(names.PHASE, "|".join(PHASES))] if self.phase else [])]
         grouped = f"sum by ({by(labels)})"
         span = over(window, offset)
+        if self.kind == "uncached_per_call":
+            given = f"{grouped} (rate({selector(names.USAGE_INPUT_TOKENS, m)}{span}))"
+            cached = f"{grouped} (rate({selector(names.USAGE_CACHED_INPUT_TOKENS, m)}{span}))"
+            calls = f"{grouped} ({mode.rate(names.TTFT, 'count', m, window, offset)})"
+            return f"({given} - ({cached} or 0 * {given}))\n/ ({calls} > 0)"
         if self.kind in ("cached_share", "cached_per_call"):
             cached = selector(names.USAGE_CACHED_INPUT_TOKENS, m)
             if self.kind == "cached_share":
@@ -175,25 +200,13 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("cached_share", "cached_share", tenant=True, per_model=True),
     Signal("cached_per_call", "cached_per_call", tenant=True, per_model=True),
     Signal("tenant_model_calls", "calls", names.TTFT, tenant=True, per_model=True),  # (now)
+    Signal("uncached_per_call", "uncached_per_call", in_rules=False),
+    Signal("tenant_uncached_per_call", "uncached_per_call", tenant=True, in_rules=False),
 )
 SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
 
 #: The labels of one upstream identity (llm_client_upstream_requests_total).
 IDENTITY = (names.ADDRESS, names.REGION, names.FINGERPRINT)
-
-
-def new_upstream_share(window: str, baseline: str, baseline_offset: str,
-                       matchers: Sequence[str], keep: Sequence[str]) -> str:
-    """Share of each model's calls over `window` that reached an upstream identity with no
-    calls over the `baseline` window that ends `baseline_offset` before the evaluation time.
-    0, not empty, when every upstream is known; empty without calls."""
-    upstream = selector(names.UPSTREAM_REQUESTS, matchers)
-    seen = f"increase({upstream}[{baseline}] offset {baseline_offset}) > 0"
-    calls = f"increase({upstream}[{window}])"
-    total = f"sum by ({by(keep)}) ({calls})"
-    new = (f"sum by ({by(keep)}) (\n  {calls}\n  unless on ({by([*keep, *IDENTITY])})\n"
-           f"  {seen}\n)")
-    return f"(\n{new}\nor 0 * {total}\n)\n/ ({total} > 0)"
 
 
 # --- the decision -----------------------------------------------------------------------------
@@ -218,7 +231,14 @@ class Window:
     cached_share: dict[str, float] = field(default_factory=dict)
     cached_per_call: dict[str, float] = field(default_factory=dict)
     tenant_model_calls: dict[str, float] = field(default_factory=dict)
-    #: route_change: share of the model's calls to an upstream the baseline did not see (only
+    #: uncached input tokens per call (usage: input - cached), for the route and per tenant
+    uncached_per_call: float | None = None
+    tenant_uncached_per_call: dict[str, float] = field(default_factory=dict)
+    #: the moments of log values per "ttft", "first_answer", "input_tokens", "connect", and
+    #: OPENED: the connect phase of the calls that opened a connection (from the buckets: the
+    #: noise gate, noise.py)
+    logs: dict[str, LogMoments] = field(default_factory=dict)
+    #: route_change: share of the route's calls to an upstream the baseline did not see (only
     #: on the window being diagnosed).
     new_upstream_share: float | None = None
     upstreams: list[dict[str, str]] = field(default_factory=list)
@@ -260,34 +280,102 @@ def standard_error(now: Window, base: Window, key: str) -> float:
     return math.sqrt(variance(now) + variance(base))
 
 
+def rise_z(now: Window, base: Window, key: str) -> float | None:
+    """Standard errors of the rise of `key` ("ttft", "first_answer", "input_tokens",
+    "connect"): on log values from the buckets where both windows have them (noise.py), else
+    on the means with the spread read from p10..p90; None without either."""
+    logged = rise_in_standard_errors(now.logs.get(key), base.logs.get(key))
+    if logged is not None:
+        return logged
+    spread_key = f"phase:{key}" if key in PHASES else key
+    a, b = (w.phases.get(key) if key in PHASES else getattr(w, key) for w in (now, base))
+    error = standard_error(now, base, spread_key)
+    if a is None or b is None or error <= 0:
+        return None
+    return (a - b) / error
+
+
 def _rose_clearly(now: Window, base: Window, key: str, factor: float, floor: float,
                   t: Thresholds) -> bool:
     """The mean of `key` ("ttft", "first_answer", "input_tokens") rose past `factor`, `floor`
-    and `degraded_z` standard errors of the difference."""
-    a, b = getattr(now, key), getattr(base, key)
-    return _rose(a, b, factor, floor) and \
-        a - b >= t.degraded_z * standard_error(now, base, key)
+    and `degraded_z` standard errors."""
+    z = rise_z(now, base, key)
+    return _rose(getattr(now, key), getattr(base, key), factor, floor) and \
+        (z is None or z >= t.degraded_z)
 
 
 def _degraded(now: Window, base: Window, key: str, t: Thresholds) -> bool:
     return _rose_clearly(now, base, key, t.degraded_factor, t.degraded_min_seconds, t)
 
 
-def _in_proportion(now: Window, base: Window, t: Thresholds) -> bool:
-    """The prefill phase's mean grew at most `prefill_excess` times as much as input tokens
-    per call (False where a baseline is missing or zero: no proportion to judge)."""
-    pre_now, pre_base = now.phases.get(PREFILL), base.phases.get(PREFILL)
-    if pre_now is None or not pre_base or now.input_tokens is None or not base.input_tokens:
-        return False
-    return pre_now / pre_base <= t.prefill_excess * now.input_tokens / base.input_tokens
+def work(w: Window) -> float | None:
+    """The server's prefill work per call: uncached input tokens (all input tokens where the
+    usage counters are missing)."""
+    return w.input_tokens if w.uncached_per_call is None else w.uncached_per_call
+
+
+def prefill_speed(w: Window) -> float | None:
+    """The server's prefill time per 1k uncached input tokens (seconds): what a server
+    spends on the work its cache did not serve. None without that work."""
+    prefill, uncached = w.phases.get(PREFILL), work(w)
+    if prefill is None or uncached is None or uncached < 1:
+        return None
+    return 1000 * prefill / uncached
+
+
+def _work_rose(now: Window, base: Window, t: Thresholds) -> bool:
+    """Uncached input tokens per call rose past `input_factor`, and the prompts' rise is
+    clear of their noise (input tokens' log values, where the buckets say)."""
+    z = rise_z(now, base, "input_tokens")
+    return _rose(work(now), work(base), t.input_factor, 0.0) and \
+        (z is None or z >= t.degraded_z)
+
+
+def _server_slower(now: Window, base: Window, t: Thresholds) -> bool:
+    """The server prefills slower (seconds per 1k uncached tokens past `slower_prefill`×)
+    with the uncached work per call not grown, or every call stalls longer mid-stream: a
+    neighbour in the batch, or less capacity."""
+    speed_now, speed_base = prefill_speed(now), prefill_speed(base)
+    slower = speed_now is not None and speed_base is not None and \
+        speed_now >= t.slower_prefill * speed_base and \
+        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) and \
+        not _rose(work(now), work(base), t.input_factor, 0.0)
+    return slower or _rose(now.stall, base.stall, t.stall_factor, t.stall_min_seconds)
+
+
+def _surge(now: Window, base: Window, t: Thresholds) -> bool:
+    """More uncached work per call at the server's usual speed: the prefill rose, its
+    seconds per 1k uncached tokens at most `prefill_excess`× the baseline's."""
+    speed_now, speed_base = prefill_speed(now), prefill_speed(base)
+    return _work_rose(now, base, t) and \
+        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) and \
+        speed_now is not None and speed_base is not None and \
+        speed_now <= t.prefill_excess * speed_base
+
+
+def surge_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
+    """Tenants whose uncached tokens per call on the route rose past `input_factor`, among
+    those with calls enough in the diagnosed window."""
+    return sorted(
+        tenant for tenant, value in now.tenant_uncached_per_call.items()
+        if now.tenant_calls.get(tenant, 0) >= t.tenant_min_calls
+        and _rose(value, base.tenant_uncached_per_call.get(tenant), t.input_factor, 0.0))
 
 
 def _connect_rose(now: Window, base: Window, t: Thresholds) -> bool:
-    """The connect phase's mean rose past its factor, its floor and `degraded_z` standard
-    errors: a few calls opening connections (a burst of concurrency) is not a route change."""
-    a, b = now.phases.get(CONNECT), base.phases.get(CONNECT)
-    return _rose(a, b, t.connect_factor, t.connect_min_seconds) and \
-        a - b >= t.degraded_z * standard_error(now, base, f"phase:{CONNECT}")  # type: ignore
+    """A connection costs more: the connect phase of the calls that opened one (its geometric
+    mean) rose past `connect_factor`, `connect_min_seconds` and `degraded_z` standard errors.
+    More calls opening connections at the same cost (longer streams hold the pool's, a burst
+    of concurrency) is no route change. Without calls that opened one in both windows: the
+    connect phase's mean over every call."""
+    a, b = now.logs.get(OPENED), base.logs.get(OPENED)
+    if a is not None and b is not None and a.calls >= 2 and b.calls >= 2:
+        z = rise_in_standard_errors(a, b)
+        return _rose(math.exp(a.mean), math.exp(b.mean), t.connect_factor,
+                     t.connect_min_seconds) and z is not None and z >= t.degraded_z
+    z = rise_z(now, base, CONNECT)
+    return _rose(now.phases.get(CONNECT), base.phases.get(CONNECT), t.connect_factor,
+                 t.connect_min_seconds) and (z is None or z >= t.degraded_z)
 
 
 def cold_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
@@ -348,21 +436,24 @@ def classify(model: str, route: str, now: Window, base: Window,
     note("ttft_mean_seconds", now.ttft, base.ttft)
     note("first_answer_mean_seconds", now.first_answer, base.first_answer)
     for key in ("ttft", "first_answer"):
-        error, a, b = standard_error(now, base, key), getattr(now, key), getattr(base, key)
-        if error > 0 and a is not None and b is not None:
-            evidence[f"{key}_rise_standard_errors"] = round((a - b) / error, 2)
+        z = rise_z(now, base, key)
+        if z is not None and math.isfinite(z):
+            evidence[f"{key}_rise_standard_errors"] = round(z, 2)
     evidence["calls_now"], evidence["calls_baseline"] = round(now.calls, 1), round(base.calls, 1)
     evidence["tenants_slower"], evidence["tenants_compared"] = len(slower), len(compared)
 
     connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
     new_share = now.new_upstream_share
-    surge = _rose_clearly(now, base, "input_tokens", t.input_factor, 0.0, t) and \
-        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) \
-        and _in_proportion(now, base, t)
-    # A new upstream is a fact and comes first; a connect phase that rose alone comes after a
-    # prompt surge (longer calls hold more connections open, and new ones cost a connect).
+    surge = _surge(now, base, t)
+    starved = _rose(now.phases.get(QUEUE), base.phases.get(QUEUE), t.queue_factor,
+                    t.queue_min_seconds)
+    slower_server = not starved and _server_slower(now, base, t)
+    # A new upstream is a fact and comes first; a connect phase that rose alone only where
+    # nothing else explains it: longer calls (more uncached work, a slower server, a cold
+    # cache) hold more connections open, and each new one costs a connect.
     if (new_share is not None and new_share >= t.new_upstream_share) or \
-            (not cold and not surge and _connect_rose(now, base, t)):
+            (not cold and not surge and not slower_server and not starved
+             and _connect_rose(now, base, t)):
         cause, tenants = ROUTE_CHANGE, []
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)
@@ -374,13 +465,19 @@ def classify(model: str, route: str, now: Window, base: Window,
                  base.cached_share.get(tenant))
             note(f"ttft_mean_seconds[{tenant}]", now.tenant_ttft.get(tenant), None)
     elif surge:
-        cause, tenants = PREFILL_SURGE, few
+        surging = surge_tenants(now, base, t)
+        # confined to a few tenants: name them (at most half of those compared, or one)
+        cause, tenants = PREFILL_SURGE, surging if compared and \
+            len(surging) <= max(1.0, len(compared) / 2) else []
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+        note("uncached_input_tokens_per_call", now.uncached_per_call, base.uncached_per_call)
         note("prefill_mean_seconds", now.phases.get(PREFILL), base.phases.get(PREFILL))
-    elif _rose(now.stall, base.stall, t.stall_factor, t.stall_min_seconds):
+        note("prefill_seconds_per_1k_uncached_tokens", prefill_speed(now), prefill_speed(base))
+    elif slower_server:
         cause, tenants = NOISY_NEIGHBOUR, []
         note("stall_mean_seconds", now.stall, base.stall)
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+        note("prefill_seconds_per_1k_uncached_tokens", prefill_speed(now), prefill_speed(base))
     else:
         cause, tenants = UNKNOWN, few
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)

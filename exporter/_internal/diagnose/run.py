@@ -26,9 +26,19 @@ from typing import Any
 
 from .. import names
 from ..config.settings import AlertingConfig
-from ..promql import CLASSIC, MODEL_ROUTE, NATIVE, HistogramMode, duration, eq
-from .causes import (DEFAULT, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds, Window, classify,
-                     new_upstream_share)
+from ..promql import CLASSIC, MODEL_ROUTE, NATIVE, HistogramMode, by, duration, eq, selector
+from .causes import (CONNECT, DEFAULT, IDENTITY, OPENED, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds,
+                     Window, classify)
+from .noise import from_cumulative, log_moments, opened
+from .upstreams import new_upstream_shares
+
+#: The families whose log values the noise gate reads (noise.py), by the decision's key; the
+#: phase family's connect phase only.
+LOGGED: dict[str, tuple[names.Family, tuple[str, ...]]] = {
+    "ttft": (names.TTFT, ()), "first_answer": (names.FIRST_ANSWER, ()),
+    "input_tokens": (names.INPUT_TOKENS, ()),
+    CONNECT: (names.PHASE_FAMILY, (eq(names.PHASE, CONNECT),)),
+}
 
 
 class DiagnoseError(Exception):
@@ -150,6 +160,9 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
     dur = duration(window)
     futures = {s.key: pool.submit(prom.query, s.expr(dur, matchers, MODEL_ROUTE, mode=mode), at)
                for s in SIGNALS}
+    logged = {key: pool.submit(prom.query, mode.bucket_rate(family, MODEL_ROUTE, dur,
+                                                            [*matchers, *extra]), at)
+              for key, (family, extra) in LOGGED.items()}
     out: dict[tuple[str, str], Window] = {}
     #: per-model signal -> model -> tenant -> value
     per_model: dict[str, dict[str, dict[str, float]]] = {}
@@ -164,7 +177,7 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
             w = out.setdefault((labels.get(names.MODEL, ""), labels.get(names.ROUTE, "")),
                                Window())
             if key in ("calls", "ttft", "ttft_spread", "first_answer", "first_answer_spread",
-                       "input_tokens", "input_tokens_spread", "stall"):
+                       "input_tokens", "input_tokens_spread", "stall", "uncached_per_call"):
                 setattr(w, key, value)
             elif key == "phase":
                 w.phases[labels.get(names.PHASE, "")] = value
@@ -175,6 +188,35 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
     for (model, _), w in out.items():
         for key, models in per_model.items():
             setattr(w, key, models.get(model, {}))
+    for key, future in logged.items():
+        for route, buckets in _buckets(future.result(), window).items():
+            if route not in out:
+                continue
+            for name, part in ((key, buckets), *(((OPENED, opened(buckets)),)
+                                                  if key == CONNECT else ())):
+                moments = log_moments(part)
+                if moments is not None:
+                    out[route].logs[name] = moments
+    return out
+
+
+def _buckets(rows: list[dict[str, Any]], window: float
+             ) -> dict[tuple[str, str], list[tuple[float, float, float]]]:
+    """Calls per (lower, upper) bucket over the window, per (model, route), from a bucket
+    rate query's rows: classic ones per `le` (cumulative), native ones a histogram each."""
+    classic: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    out: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for row in rows:
+        labels = row["metric"]
+        route = (labels.get(names.MODEL, ""), labels.get(names.ROUTE, ""))
+        if "histogram" in row:
+            out[route] = [(float(low), float(high), float(rate) * window)
+                          for _, low, high, rate in row["histogram"][1].get("buckets", [])]
+        else:
+            classic.setdefault(route, []).append(
+                (float(labels.get("le", "+Inf")), float(row["value"][1]) * window))
+    for route, cumulative in classic.items():
+        out[route] = from_cumulative(cumulative)
     return out
 
 
@@ -184,22 +226,32 @@ def diagnose(prom: Prometheus, req: Request, thresholds: Thresholds = DEFAULT,
     matchers = [eq(label, value) for label, value in ((names.MODEL, req.model),
                                                       (names.ROUTE, req.route)) if value]
     mode = stored_mode(prom, req.at, matchers)
+    upstreams = selector(names.UPSTREAM_REQUESTS, matchers)
+
+    def identities(window: float) -> str:
+        return f"sum by ({by((*MODEL_ROUTE, *IDENTITY))}) (increase({upstreams}[{duration(window)}]))"
+
     with ThreadPoolExecutor(max_workers=8) as pool:
-        upstream = pool.submit(prom.query, new_upstream_share(
-            duration(req.since), duration(req.baseline), duration(req.at - req.baseline_end),
-            [m for m in matchers if not m.startswith(names.ROUTE)], (names.MODEL,)), req.at)
+        upstream_now = pool.submit(prom.query, identities(req.since), req.at)
+        upstream_base = pool.submit(prom.query, identities(req.baseline), req.baseline_end)
         now = _windows(prom, req.at, req.since, matchers, mode, pool)
         base = _windows(prom, req.baseline_end, req.baseline, matchers, mode, pool)
-        shares = {row["metric"].get(names.MODEL, ""): float(row["value"][1])
-                  for row in upstream.result()}
+        shares = new_upstream_shares(_identities(upstream_now.result()),
+                                     _identities(upstream_base.result()))
     findings = []
     for (model, route), window in sorted(now.items()):
-        window.new_upstream_share = shares.get(model)
+        window.new_upstream_share = shares.get((model, route))
         found = classify(model, route, window, base.get((model, route), Window()), thresholds,
                          alerting)
         if found is not None:
             findings.append(found)
     return findings
+
+
+def _identities(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], float]:
+    """Calls per (model, route, address, region, fingerprint) from an upstream query."""
+    return {tuple(row["metric"].get(label, "") for label in (*MODEL_ROUTE, *IDENTITY)):
+            float(row["value"][1]) for row in rows}
 
 
 def table(findings: list[Finding], req: Request) -> str:

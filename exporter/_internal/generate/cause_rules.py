@@ -10,15 +10,15 @@ diagnose` name the same cause on every incident, and alerts/tests/causes.yaml ea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .. import names
 from ..config.settings import AlertingConfig, Config
-from ..diagnose.causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, NOISY_NEIGHBOUR, PREFILL,
-                               PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY, SPREAD_IN_SD,
-                               UNKNOWN, Signal, Thresholds, new_upstream_share)
+from ..diagnose.causes import (CAUSES, COLD_CACHE, CONNECT, DEFAULT, IDENTITY, NOISY_NEIGHBOUR,
+                               PREFILL, PREFILL_SURGE, ROUTE_CHANGE, RUNBOOK, SIGNALS_BY_KEY,
+                               SPREAD_IN_SD, UNKNOWN, Signal, Thresholds)
 from ..promql import by, duration, eq, histogram_mode, kept, num, scope_matchers, selector
 
 #: The recorded decision: one series per degraded (model, route), label `cause`.
@@ -62,7 +62,7 @@ class SignalNames:
     def __init__(self, al: AlertingConfig):
         self.window = duration(al.tenant_window_seconds)
         self.offset = duration(al.tenant_baseline_offset_seconds)
-        self.upstream = (f"model:{names.UPSTREAM_REQUESTS.removesuffix('_total')}:"
+        self.upstream = (f"model_route:{names.UPSTREAM_REQUESTS.removesuffix('_total')}:"
                          f"new_share{self.window}_vs_offset{self.offset}")
 
     def now(self, key: str) -> str:
@@ -74,7 +74,7 @@ class SignalNames:
 
 def signal_records(config: Config) -> list[dict[str, Any]]:
     """Every signal of causes.SIGNALS over the window now and at the baseline offset, and the
-    share of each model's calls to an upstream unseen at the baseline."""
+    share of each (model, route)'s calls to an upstream unseen at the baseline."""
     al = config.alerting
     scale = al.window_scale
     window = duration(al.tenant_window_seconds * scale)
@@ -83,14 +83,30 @@ def signal_records(config: Config) -> list[dict[str, Any]]:
     mode = histogram_mode(config)
     out = []
     for key, signal in SIGNALS_BY_KEY.items():
+        if not signal.in_rules:
+            continue
         windows = ((n.now(key), ""), (n.base(key), offset))
         for name, shift in windows if _has_baseline(signal) else windows[:1]:
             out.append({"record": name,
                         "expr": signal.expr(window, matchers, keep, shift, mode=mode)})
-    model_keep = [label for label in keep if label != names.ROUTE]
     out.append({"record": n.upstream,
-                "expr": new_upstream_share(window, window, offset, matchers, model_keep)})
+                "expr": new_upstream_share(window, window, offset, matchers, keep)})
     return out
+
+
+def new_upstream_share(window: str, baseline: str, baseline_offset: str,
+                       matchers: Sequence[str], keep: Sequence[str]) -> str:
+    """Share of the calls over `window` by `keep` (a model and route) that reached an upstream
+    identity with no calls over the `baseline` window that ends `baseline_offset` before the
+    evaluation time (diagnose reads it in diagnose/upstreams.py). 0, not empty, when every
+    upstream is known; empty without calls."""
+    upstream = selector(names.UPSTREAM_REQUESTS, matchers)
+    seen = f"increase({upstream}[{baseline}] offset {baseline_offset}) > 0"
+    calls = f"increase({upstream}[{window}])"
+    total = f"sum by ({by(keep)}) ({calls})"
+    new = (f"sum by ({by(keep)}) (\n  {calls}\n  unless on ({by([*keep, *IDENTITY])})\n"
+           f"  {seen}\n)")
+    return f"(\n{new}\nor 0 * {total}\n)\n/ ({total} > 0)"
 
 
 def _has_baseline(signal: Signal) -> bool:
@@ -162,7 +178,6 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
                    f"and {on}\n({few})")
     cold = f"count by ({by(keep)}) (\n{cold_slower}\n)"
     degraded = f"(\n({slower})\nor\n{cold}\n)\nand {on}\n({enough})"
-    model_on = f"on ({by([label for label in keep if label != names.ROUTE])})"
     phase = eq(names.PHASE, CONNECT)
     connect_rose = rose("phase", t.connect_factor, t.connect_min_seconds, phase)
     connect = (f"sum by ({by(keep)}) ({connect_rose})\n"
@@ -191,7 +206,7 @@ def decision_records(config: Config) -> list[dict[str, Any]]:
             # calls hold more connections open, and new ones cost a connect)
             others = "".join(f"\nunless {on}\n(\n{condition}\n)" for condition in (
                 cold, conditions[PREFILL_SURGE]()))
-            expr = (f"(\n(\n{degraded}\n)\nand {model_on}\n"
+            expr = (f"(\n(\n{degraded}\n)\nand {on}\n"
                     f"({selector(n.upstream, mine)} >= {num(t.new_upstream_share)})\nor\n"
                     f"(\n{degraded}\n)\nand {on}\n({connect}){others}\n)")
         else:

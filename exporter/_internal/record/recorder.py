@@ -136,7 +136,7 @@ class Recorder(Store):
             address, region, fingerprint = guard.upstream(
                 model, t.upstream_address or unknown, t.upstream_region or unknown,
                 t.fingerprint or unknown)
-            self.add_row(names.UPSTREAMS, (address, fingerprint, model, provider, region))
+            self.add_row(names.UPSTREAMS, (address, fingerprint, model, provider, region, route))
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
         with_tenant = (model, provider, route, tenant)
