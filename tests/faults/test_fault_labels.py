@@ -60,8 +60,10 @@ def assert_bounded(rec: Recorder) -> None:
                  counters.rows[names.USAGE_CACHED_INPUT_TOKENS],
                  counters.rows[names.UPSTREAM_REQUESTS]):
         assert len(rows) <= lab.max_series + 1
-    assert len({k[:2] + k[4:] for k in counters.rows[names.UPSTREAM_REQUESTS]}) <= \
-        (lab.max_models + 1) * lab.max_upstreams + 1
+    identity = [names.UPSTREAM_LABELS.index(label)
+                for label in (names.ADDRESS, names.FINGERPRINT, names.REGION)]
+    assert len({tuple(k[i] for i in identity) for k in counters.rows[names.UPSTREAM_REQUESTS]}
+               ) <= (lab.max_models + 1) * lab.max_upstreams + 1
     assert len({k[0] for k in counters.rows[names.REQUESTS_TOTAL]}) <= lab.max_models + 1
     assert len({k[3] for k in counters.rows[names.REQUESTS_TOTAL]}) <= lab.max_routes + 1
     assert len({k[2] for k in counters.rows[names.REQUESTS_TOTAL]}) <= lab.max_providers + 1

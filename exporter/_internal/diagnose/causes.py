@@ -91,7 +91,7 @@ class Thresholds:
     prefill_excess: float = 2.0
     #: noisy_neighbour: seconds per 1k uncached tokens up this many times with the work
     #: unchanged (a slower server: a neighbour in the batch, or less capacity)...
-    slower_prefill: float = 1.5
+    slower_prefill: float = 1.3
     #: ...or the mean of each call's largest stall, now / baseline and now - baseline.
     stall_factor: float = 1.5
     stall_min_seconds: float = 0.05
