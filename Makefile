@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench diagnose-eval generate install assets prometheus chromium proto clean
+.PHONY: demo test bench diagnose-eval generate install assets prometheus chromium screenshots proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ demo: $(STAMP) assets
 
 test: $(STAMP) assets prometheus chromium
 	$(PY) -m pytest -q
+
+# docs/screenshots/*.png: each dashboard's page during the compressed day's noisy neighbour,
+# taken by the browser test.
+screenshots: $(STAMP) assets prometheus chromium
+	TTFT_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_view_browser.py
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'  # the peers measured side by side

@@ -30,6 +30,8 @@ from .core import _ttft_only
 from .harness import Stat, ratios
 
 CALLS_PER_SERIES = 20
+#: The protobuf render's goal: at most this many times the text render's time.
+GOAL = 1.2
 
 
 def populate(n: int) -> None:
@@ -80,16 +82,16 @@ def render_side_by_side(n: int, runs: int) -> list[str]:
         f"| render, {n:,} series, every series changed: text | {Stat.of(text_ms).fmt('ms', 1)} "
         f"| | |",
         f"| render, {n:,} series, every series changed: protobuf with native buckets | "
-        f"{Stat.of(proto_ms).fmt('ms', 1)} | no slower than text | "
-        f"{'met' if speed.median >= 1 else 'missed'} (text/protobuf = {speed.median:.2f}×, "
-        f"min {speed.low:.2f}, max {speed.high:.2f}) |",
+        f"{Stat.of(proto_ms).fmt('ms', 1)} | at most {GOAL}× the text render (issue #23) | "
+        f"{'met' if speed.median >= 1 / GOAL else 'missed'} (protobuf/text = "
+        f"{1 / speed.median:.2f}×, min {1 / speed.high:.2f}, max {1 / speed.low:.2f}) |",
         f"| the same, `protobuf_classic_buckets: false` (native buckets, SLO counts and "
         f"exemplar buckets only): bytes; render | {len(lean_body) / 1e6:.2f} MB "
         f"({len(text) / len(lean_body):.1f}× smaller than text); "
         f"{Stat.of(times['lean']).fmt('ms', 1)} | | bytes "
         f"{'met' if len(text) / len(lean_body) >= 5 else 'missed'}, render "
-        f"{'met' if lean_speed.median >= 1 else 'missed'} (text/this = "
-        f"{lean_speed.median:.2f}×) |",
+        f"{'met' if lean_speed.median >= 1 / GOAL else 'missed'} (this/text = "
+        f"{1 / lean_speed.median:.2f}×) |",
     ]
 
 

@@ -72,13 +72,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ._internal.demo.run import run_demo
-
     from ._internal.demo.loadgen import LoadShape
+    from ._internal.demo.run import run_demo
 
     return run_demo(port=args.port, seconds=args.seconds, config=args.config,
                     shape=LoadShape(rate=args.rate), incidents=not args.no_incidents,
-                    calm_seconds=args.calm_seconds, phase_seconds=args.phase_seconds)
+                    calm_seconds=args.calm_seconds, phase_seconds=args.phase_seconds,
+                    page_port=args.page_port, page=not args.no_page)
 
 
 def _diagnose(args: argparse.Namespace) -> int:
@@ -220,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--addr", help="bind address (default from config: 127.0.0.1)")
     p.add_argument("--port", type=_port, help="port (default from config: 9469)")
     p.set_defaults(func=_serve)
-    p = sub.add_parser("demo", help="provider, load and exporter on the embedded default")
+    p = sub.add_parser("demo", help="provider, load, exporter, Prometheus with the generated "
+                                    "rules and the dashboards' page, on the embedded default")
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
     p.add_argument("--port", type=_port, default=9469, help="exporter port (default 9469)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
@@ -232,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calm before the first incident and after the last (default 120)")
     p.add_argument("--phase-seconds", type=float, default=180.0,
                    help="length of each of the four incidents (default 180)")
+    p.add_argument("--page-port", type=_port,
+                   help="the dashboards page's port (default: --port + 1, any free one with "
+                        "--port 0)")
+    p.add_argument("--no-page", action="store_true",
+                   help="no Prometheus and no dashboards page: provider, load and exporter")
     p.set_defaults(func=_demo)
     p = sub.add_parser("generate", help="write dashboards/ and alerts/ from the config")
     p.add_argument("--config", help="ttft-exporter.yaml (without it: the defaults, classic "

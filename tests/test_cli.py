@@ -51,14 +51,19 @@ def test_serve_with_a_bad_config_exits_2(tmp_path):
     assert "Traceback" not in run.stderr
 
 
-def test_demo_prints_the_metrics_url_a_live_table_with_its_windows_and_a_summary():
+def test_demo_prints_the_page_then_the_metrics_url_a_live_table_and_a_summary():
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([*CLI, "demo", "--port", "0", "--seconds", "12"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        match, seen = read_until(proc, r"metrics:\s+(http://\S+/metrics)", 15)
+        first, seen = read_until(proc, r"^dashboards: (http://127\.0\.0\.1:\d+/)$", 30)
+        assert len(seen) == 1, seen  # the page's URL is the first line, before the table
+        page = urllib.request.urlopen(first.group(1)).read().decode()
+        assert 'href="/d/ttft-overview"' in page
+        match, more = read_until(proc, r"metrics:\s+(http://\S+/metrics)", 15)
+        seen += more
         url = match.group(1)
-        _, more = read_until(proc, r"^slowest tenants by TTFT p99 \(last 60 s\): tenant-", 20)
+        _, more = read_until(proc, r"^slowest tenants by TTFT p99 \(last 60 s\): tenant-", 40)
         table = "".join(seen + more)
         assert "incident day:" in table  # the schedule is printed first
         assert re.search(r"^TTFT and stall quantiles: last 60 s \(the exporter's sliding "

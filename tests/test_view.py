@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from exporter._internal.config.settings import Config
+from exporter._internal.demo.page import dashboards_page
 from exporter._internal.view.backend import Findings
 from exporter._internal.view.boards import BoardsError, load_boards
 from exporter._internal.view.server import STATIC, UPLOT, ViewServer, create_app
@@ -140,3 +142,13 @@ def test_the_shipped_uplot_is_the_lockfile_build():
     assert json.loads((built / "package.json").read_text(encoding="utf-8"))["version"] == pinned
     for name in UPLOT:
         assert (STATIC / name).read_bytes() == (built / "dist" / name).read_bytes(), name
+
+
+def test_a_missing_prometheus_is_one_line_with_its_install_command(monkeypatch, tmp_path,
+                                                                   capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no prometheus binary there
+    with dashboards_page(Config(), "127.0.0.1:9", 0) as url:
+        assert url is None
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert "prometheus not found on PATH" in out and "apt-get install prometheus" in out

@@ -55,7 +55,7 @@ class CalmRun:
         with self.log_path.open("w") as log:
             self.demo = subprocess.Popen(
                 ["nice", "-n", str(NICENESS),  # without the right, nice says so and runs it
-                 sys.executable, "-m", "exporter.cli", "demo", "--no-incidents",
+                 sys.executable, "-m", "exporter.cli", "demo", "--no-incidents", "--no-page",
                  "--rate", str(RATE), "--port", str(port)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.started = time.time()

@@ -54,15 +54,17 @@ class PlayedDay:
 
 
 @contextlib.contextmanager
-def played_day(cfg: Config, rule_files: Iterable[Path] = ()) -> Iterator[PlayedDay]:
-    """Play the day (`cfg` is the runtime's, configured by the caller); the load is stopped
-    when the block starts, Prometheus and the exporter serve until it ends."""
+def compressed_demo(cfg: Config, rule_files: Iterable[Path] = (), agents: bool = False
+                    ) -> Iterator[tuple[DemoLoad, PrometheusServer]]:
+    """The demo's load and exporter under the compressed day's knobs, scraped every second by
+    a Prometheus with `rule_files` (`cfg` is the runtime's, configured by the caller); with
+    `agents`, the demo's agent tasks too."""
     # Answers a third as long: the SDKs' per-chunk parsing is what costs CPU on a shared box.
     # The calls spread evenly over the models: deepseek-r1's share of the demo's mix leaves
     # its routes a handful of calls per compressed window.
     shape = LoadShape(rate=10.0, models=tuple((model, 1.0) for model in MODELS))
     with DemoLoad(far_region=True, model=LatencyModel.default().shorter(0.3),
-                  shape=shape) as demo:
+                  shape=shape, agents=agents) as demo:
         scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job)
         with PrometheusServer(scrape, rule_files=rule_files) as prom:
             prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
@@ -75,11 +77,18 @@ def played_day(cfg: Config, rule_files: Iterable[Path] = ()) -> Iterator[PlayedD
             # Prompts 8x, not 4x: the provider caches each tenant's last prompt, so only the
             # growth past it is prefilled, and a compressed window holds a dozen calls a route.
             demo.knobs.surge_factor = 8.0
-            log: list[str] = []
-            schedule = IncidentDay(demo.knobs, CALM, PHASE, out=log.append,
-                                   recover_seconds=AFTER)
-            start = time.time()
-            demo.play(schedule).result(timeout=schedule.seconds + 60)
-            end = time.time()
-            demo.stop_load()  # the day is over: the readers read what Prometheus recorded
-            yield PlayedDay(prom, schedule, start, end, log)
+            yield demo, prom
+
+
+@contextlib.contextmanager
+def played_day(cfg: Config, rule_files: Iterable[Path] = ()) -> Iterator[PlayedDay]:
+    """Play the day (`cfg` is the runtime's, configured by the caller); the load is stopped
+    when the block starts, Prometheus and the exporter serve until it ends."""
+    with compressed_demo(cfg, rule_files) as (demo, prom):
+        log: list[str] = []
+        schedule = IncidentDay(demo.knobs, CALM, PHASE, out=log.append, recover_seconds=AFTER)
+        start = time.time()
+        demo.play(schedule).result(timeout=schedule.seconds + 60)
+        end = time.time()
+        demo.stop_load()  # the day is over: the readers read what Prometheus recorded
+        yield PlayedDay(prom, schedule, start, end, log)

@@ -14,37 +14,22 @@ polls, never a fixed sleep.
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import subprocess
-import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
-from pathlib import Path
-from types import TracebackType
+from collections.abc import Callable
 from typing import Any
 
+from exporter._internal.demo import prometheus
 from exporter._internal.generate.check import metric_names  # noqa: F401 (for the tests)
 from tests.support import skip_or_fail
 
-PROMETHEUS = "prometheus"
+PROMETHEUS = prometheus.PROMETHEUS
 PROMTOOL = "promtool"
-
-_LISTENING = re.compile(r'msg="Listening on".*?address=(\S+)')
-
-
-def scrape_config(*targets: str, job: str = "ttft-exporter") -> str:
-    """A Prometheus config scraping `targets` (host:port) every second, rules evaluated every
-    second: the tests' compressed time."""
-    listed = ", ".join(f'"{t}"' for t in targets)
-    return ("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            f"scrape_configs:\n  - job_name: {job}\n"
-            f"    static_configs:\n      - targets: [{listed}]\n")
+PrometheusError = prometheus.PrometheusError
+scrape_config = prometheus.scrape_config
 
 
 def require_prometheus() -> None:
@@ -59,100 +44,9 @@ def require_prometheus() -> None:
                  f"`prometheus` (make prometheus)")
 
 
-class PrometheusError(RuntimeError):
-    """Prometheus did not start, or its API answered with an error status."""
-
-
-class PrometheusServer:
-    """A `prometheus` process with its own temporary config and TSDB; stop it with `stop()`.
-
-    `rule_files` are appended to the config as a `rule_files:` list (absolute paths), so the given
-    config must not have one. The process log (stderr) is kept in `log` for failure messages.
-
-    It runs at `niceness` 10: deployed, Prometheus has machines of its own, and here its rule
-    evaluations (every second, for the compressed windows: the cause rules alone took 1.5-2.3 s
-    of a core per evaluation on the incident day) must not take the CPU from the process whose
-    timings the tests measure (the demo's load, provider and exporter).
-    """
-
-    def __init__(self, config_yaml: str, *, rule_files: Iterable[Path] = (),
-                 extra_flags: Iterable[str] = (), start_timeout: float = 30.0,
-                 niceness: int = 10):
-        self._dir = Path(tempfile.mkdtemp(prefix="ttft-prometheus-"))
-        self._log_lines: list[str] = []
-        self._port_found = threading.Event()
-        self.url = ""
-        config_path = self._dir / "prometheus.yml"
-        rules = [Path(p) for p in rule_files]
-        if rules:
-            listed = "\n".join(f"  - {json.dumps(str(p.resolve()))}" for p in rules)
-            config_yaml = f"{config_yaml.rstrip()}\nrule_files:\n{listed}\n"
-        config_path.write_text(config_yaml, encoding="utf-8")
-        self._proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config_path}",
-             f"--storage.tsdb.path={self._dir / 'data'}",
-             "--web.listen-address=127.0.0.1:0", *extra_flags],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, cwd=self._dir)
-        os.setpriority(os.PRIO_PROCESS, self._proc.pid, niceness)
-        # Drain stderr on a thread: a full pipe would block Prometheus, and the port is in there.
-        self._reader = threading.Thread(target=self._read_log, daemon=True)
-        self._reader.start()
-        try:
-            self._wait_started(start_timeout)
-        except BaseException:
-            self.stop()
-            raise
-
-    # --- lifecycle ------------------------------------------------------------------------------
-
-    def _read_log(self) -> None:
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self._log_lines.append(line.rstrip("\n"))
-            match = _LISTENING.search(line)
-            if match and not self._port_found.is_set():
-                self.url = f"http://{match.group(1)}"
-                self._port_found.set()
-
-    @property
-    def log(self) -> str:
-        return "\n".join(self._log_lines)
-
-    def _wait_started(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not self._port_found.wait(0.05):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise PrometheusError(f"prometheus did not start listening:\n{self.log}")
-        while True:
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise PrometheusError(f"prometheus did not become ready:\n{self.log}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        """Terminate the process (kill after 10 s) and remove its temporary directory."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._reader.join(timeout=5)
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> PrometheusServer:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
+class PrometheusServer(prometheus.PrometheusProcess):
+    """The demo's Prometheus process (exporter/_internal/demo/prometheus.py) with the HTTP API
+    the tests query."""
 
     # --- API ------------------------------------------------------------------------------------
 
@@ -206,7 +100,7 @@ class PrometheusServer:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{expr!r} did not satisfy the predicate within {timeout} s; "
                                    f"last result: {result!r}")
-            if self._proc.poll() is not None:
+            if not self.running():
                 raise PrometheusError(f"prometheus exited:\n{self.log}")
             time.sleep(interval)
 

@@ -1,17 +1,22 @@
-"""`ttft-exporter demo`: provider, load and exporter in one process, a live table, and the
+"""`ttft-exporter demo`: provider, load and exporter in one process, Debian's Prometheus with
+the generated rules and the page of the generated dashboards (page.py), a live table, and the
 incident day (incidents.py) unless asked not to; a summary of the whole run at exit."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import time
 from typing import Any
 
 from .. import names, runtime
+from ..view.backend import Findings
 from .agents import run_agents
 from .far_region import tls_available
 from .incidents import IncidentDay, Knobs
 from .loadgen import LoadGenerator, LoadShape
+from .page import dashboards_page
 from .provider import ProviderServer
 from .table import TerminalTable
 
@@ -36,24 +41,41 @@ DEMO_CONFIG: dict[str, Any] = {
 }
 
 
+#: The page's diagnose: the last minute against the calm before the first incident (its first
+#: 30 s left out: every tenant's first calls find a cold cache).
+FINDINGS_SINCE, WARM_UP = 60.0, 30.0
+
+
 def run_demo(port: int = 9469, seconds: float = 0.0, config: str | None = None,
              shape: LoadShape = LoadShape(), incidents: bool = True,
-             calm_seconds: float = 120.0, phase_seconds: float = 180.0) -> int:
-    """Run until Ctrl-C/SIGTERM (or `seconds`), printing the table every few seconds."""
+             calm_seconds: float = 120.0, phase_seconds: float = 180.0,
+             page_port: int | None = None, page: bool = True) -> int:
+    """Run until Ctrl-C/SIGTERM (or `seconds`), printing the table every few seconds; the
+    page's URL is the first line printed (`page_port` None: the exporter's port + 1, or any
+    free port when that is 0)."""
     runtime.configure(config if config is not None else DEMO_CONFIG)
     knobs = Knobs()
-    with ProviderServer(knobs=knobs, far_region=tls_available()) as provider:
+    with contextlib.ExitStack() as stack:
+        provider = stack.enter_context(ProviderServer(knobs=knobs, far_region=tls_available()))
         server = runtime.start_http_server(port=port)
+        stack.callback(server.stop)
+        if page:
+            findings = Findings("", since=FINDINGS_SINCE,
+                                baseline=max(calm_seconds - WARM_UP, FINDINGS_SINCE),
+                                baseline_at=time.time() + calm_seconds if incidents else None)
+            target = server.base_url.split("//", 1)[1]
+            url = stack.enter_context(dashboards_page(
+                runtime.state().config, target,
+                page_port if page_port is not None else (port + 1 if port else 0), findings))
+            if url is not None:
+                print(f"dashboards: {url}", flush=True)
         print(f"demo provider: {provider.base_url}/v1 (OpenAI and Anthropic wire formats)")
         if provider.far is not None:
             print(f"far region:    {provider.far.base_url}/v1 (TLS, used by the route change)")
         print(f"metrics:       {server.url}", flush=True)
         day = IncidentDay(knobs, calm_seconds, phase_seconds,
                           out=lambda line: print(line, flush=True)) if incidents else None
-        try:
-            asyncio.run(_drive(provider, seconds, shape, day))
-        finally:
-            server.stop()
+        asyncio.run(_drive(provider, seconds, shape, day))
     return 0
 
 

@@ -8,8 +8,10 @@ at the SLO thresholds are served besides as counters (`names.slo_calls_name`, la
 `le="+Inf"` counting every call): the native-mode SLO rules divide those, exactly as the
 classic rules divide `_bucket{le=...}` by `_count`.
 
-Messages are built with the `protobuf` package from prometheus/client_model's definitions
-(proto/metrics_pb2.py). One series is serialized as a one-metric MetricFamily, which is exactly
+Family headers and the self-metrics are built with the `protobuf` package from
+prometheus/client_model's definitions (proto/metrics_pb2.py); the series, thousands per scrape,
+are written directly in the same wire format (protowire.py), byte for byte what those messages
+serialize. One series is serialized as a one-metric MetricFamily, which is exactly
 the bytes of one element of the family's repeated `metric` field, so the renderer caches each
 series' bytes and a family is its header's bytes followed by its series' (protobuf merges
 concatenated messages, appending repeated fields). Each family is prefixed with its length as
@@ -26,27 +28,29 @@ from .. import names
 from ..config.settings import Config
 from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from ..record.schema import FamilySchema
-from . import textformat
+from . import protowire as wire, textformat
 from .native import ZERO_THRESHOLD, Converter
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from .proto import metrics_pb2 as pb
 from .sample import Sample
+from .protowire import varint
 
 _TYPES = {"counter": pb.COUNTER, "gauge": pb.GAUGE, "summary": pb.SUMMARY,
           "histogram": pb.HISTOGRAM, "unknown": pb.UNTYPED}
 #: The no-op span: marks a native histogram without observations for parsers that look for it.
-_NO_OP_SPAN = [pb.BucketSpan(offset=0, length=0)]
+_NO_OP_SPAN = [(0, 0)]
+#: Histogram field 6, the zero bucket's breadth: the same for every histogram.
+_ZERO_THRESHOLD = b"\x31" + wire.double(ZERO_THRESHOLD)
+#: A classic bucket's key, length and count key by the length of its count's varint: the
+#: count and the upper bound (nine bytes) follow.
+_BUCKET_HEADS = [b"\x1a" + bytes([n + 10]) + b"\x08" for n in range(11)]
+#: `positive_delta` fields (13, sint64) of the small deltas most are.
+_DELTAS = [b"\x68" + wire.zigzag(d) for d in range(-2048, 2048)]
 
 
-def varint(n: int) -> bytes:
-    """Protobuf's base-128 varint of n >= 0: the length prefix of a delimited message."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+def _delta_field(delta: int) -> bytes:
+    return _DELTAS[delta + 2048] if -2048 <= delta < 2048 else b"\x68" + wire.zigzag(delta)
 
 
 def delimited(header: bytes, metrics: Sequence[bytes]) -> bytes:
@@ -68,30 +72,24 @@ def _stamp(into: Timestamp, unix: float) -> None:
     into.seconds, into.nanos = divmod(round(unix * 1e9), 1_000_000_000)
 
 
-def _exemplar(exemplar: Exemplar) -> pb.Exemplar:
-    trace_id, value, timestamp = exemplar
-    out = pb.Exemplar(label=[pb.LabelPair(name=EXEMPLAR_LABEL, value=trace_id)], value=value)
-    _stamp(out.timestamp, timestamp)
-    return out
-
-
 class Encoder:
     """Serializes one config's series: histograms with native buckets, SLO counts, windows.
 
-    Built for speed with the library: a template Histogram per family holds the classic
-    buckets' upper bounds (copied, then the counts set), and label pairs are built once per
-    series.
+    Each message is written directly in the wire format (protowire.py) from pieces computed once
+    per family: every classic bucket's upper bound, the SLO counters' `le` pairs; and once per
+    series: its label pairs.
     """
 
     def __init__(self, config: Config, families: dict[str, FamilySchema]):
         hist = config.histograms
         self._converters: dict[str, Converter] = {}
-        self._templates: dict[str, pb.Histogram] = {}
-        #: family -> (positions in the layout's boundaries, `le` label pairs) of its SLO counts
-        self._slo: dict[str, tuple[list[int], list[pb.LabelPair]]] = {}
-        self._labels: dict[tuple[tuple[str, str], ...], list[pb.LabelPair]] = {}
+        #: family -> each classic bucket's `upper_bound` field (the count goes before it)
+        self._bounds: dict[str, list[bytes]] = {}
+        #: family -> (positions in the layout's boundaries, `le` label pair fields) of its SLO
+        #: counts
+        self._slo: dict[str, tuple[list[int], list[bytes]]] = {}
+        self._labels: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._classic = hist.protobuf_classic_buckets
-        self._bounds: dict[str, list[float]] = {}
         by_layout: dict[int, Converter] = {}
         for name, spec in families.items():
             fam, layout = spec.family, spec.layout
@@ -100,99 +98,101 @@ class Encoder:
                 converter = by_layout[id(layout)] = Converter(
                     layout, fam.scale, hist.native_schema, hist.native_max_buckets)
             self._converters[name] = converter
-            self._bounds[name] = [fam.to_unit(b) for b in layout.boundaries]
-            self._templates[name] = pb.Histogram(zero_threshold=ZERO_THRESHOLD, bucket=[
-                pb.Bucket(upper_bound=b) for b in self._bounds[name]] if self._classic else [])
+            self._bounds[name] = [b"\x11" + wire.double(fam.to_unit(b))
+                                  for b in layout.boundaries]
         for objective, fam in names.SLO_FAMILIES.items():
             layout = families[fam.name].layout
             thresholds = config.objective_thresholds(objective)
             positions = [layout.boundaries.index(fam.from_unit(t)) for t in thresholds]
             les = [textformat.number(t) for t in thresholds] + ["+Inf"]
-            self._slo[fam.name] = (positions, [pb.LabelPair(name="le", value=le) for le in les])
+            self._slo[fam.name] = (positions, [wire.field(b"\x0a", wire.label_pair("le", le))
+                                               for le in les])
 
     def slo_families(self) -> list[tuple[str, names.Family]]:
         """(SLO counter name, family) of every family served with SLO counts."""
         return [(names.slo_calls_name(names.HISTOGRAMS_BY_NAME[name]),
                  names.HISTOGRAMS_BY_NAME[name]) for name in self._slo]
 
-    def _label_pairs(self, labels: Sequence[tuple[str, str]]) -> list[pb.LabelPair]:
+    def _label_fields(self, labels: Sequence[tuple[str, str]]) -> bytes:
+        """A Metric's `label` fields for these pairs (built once per series)."""
         key = tuple(labels)
         found = self._labels.get(key)
         if found is None:
-            found = self._labels[key] = [pb.LabelPair(name=k, value=v) for k, v in key]
+            found = self._labels[key] = b"".join(
+                wire.field(b"\x0a", wire.label_pair(k, v)) for k, v in key)
         return found
 
     def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample,
                   created: float | None = None) -> tuple[bytes, bytes]:
         """The series' histogram metric, and its SLO counts metrics (b"" for other families),
-        with `created` as their created timestamp (created.py) when known."""
+        each as a one-metric MetricFamily, with `created` as their created timestamp
+        (created.py) when known."""
         name = fam.name
+        varint = wire.varint
         native = self._converters[name].convert(now.hist)
         cumulative = now.cumulative
-        label_pairs = self._label_pairs(labels)
-        family = pb.MetricFamily()
-        metric = family.metric.add()
-        metric.label.extend(label_pairs)
-        out = metric.histogram
-        out.CopyFrom(self._templates[name])
-        out.sample_count, out.sample_sum = now.count, now.total
-        out.schema, out.zero_count = native.schema, native.zero_count
-        # (no buckets without classic ones; +Inf is implied: zip stops at the last boundary)
-        for bucket, count in zip(out.bucket, cumulative):
-            bucket.cumulative_count = count
-        if native.spans:
-            add_span = out.positive_span.add
-            for offset, length in native.spans:
-                add_span(offset=offset, length=length)
-            out.positive_delta.extend(native.deltas)
-        else:
-            out.positive_span.extend(_NO_OP_SPAN)
-        if now.exemplars:
-            self._exemplars(out, name, cumulative, now.exemplars)
-        if created is not None:
-            _stamp(out.created_timestamp, created)
+        exemplars = now.exemplars
+        marked = {p: _exemplar(e) for p, e in sorted(exemplars.items())} if exemplars else {}
+        out = [b"\x08", varint(now.count), b"\x11", wire.double(now.total)]
+        # Bucket: cumulative_count (1), upper_bound (2), exemplar (3); +Inf is implied
+        bounds = self._bounds[name]
+        if self._classic and not marked:
+            small, limit = wire.SMALL, len(wire.SMALL)
+            for bound, count in zip(bounds, cumulative):
+                count_bytes = small[count] if count < limit else varint(count)
+                out += (_BUCKET_HEADS[len(count_bytes)], count_bytes, bound)
+        else:  # without classic buckets, a bucket is sent for an exemplar alone
+            for position, bound in enumerate(bounds):
+                exemplar = marked.get(position)
+                if self._classic or exemplar is not None:
+                    bucket = b"\x08" + varint(cumulative[position]) + bound
+                    if exemplar is not None:
+                        bucket += wire.field(b"\x1a", exemplar)
+                    out += (b"\x1a", varint(len(bucket)), bucket)
+        out += (b"\x28", wire.zigzag(native.schema), _ZERO_THRESHOLD,
+                b"\x38", varint(native.zero_count))
+        # BucketSpan: offset (1, sint32), length (2); no spans: the no-op span marks it native
+        for offset, length in native.spans or _NO_OP_SPAN:
+            span = b"\x08" + wire.zigzag(offset) + b"\x10" + varint(length)
+            out += (b"\x62", varint(len(span)), span)
+        out += map(_delta_field, native.deltas)
+        stamp = None if created is None else wire.timestamp(created)
+        if stamp is not None:
+            out.append(wire.field(b"\x7a", stamp))  # created_timestamp (15)
+        for exemplar in marked.values():  # also in the native histogram's own list
+            out += (b"\x82\x01", varint(len(exemplar)), exemplar)
+        label_fields = self._label_fields(labels)
+        histogram = b"".join(out)
+        metric = label_fields + b"\x3a" + varint(len(histogram)) + histogram
+        family = b"\x22" + varint(len(metric)) + metric
         slo = self._slo.get(name)
         if slo is None:
-            return family.SerializeToString(), b""
+            return family, b""
         positions, les = slo
         counts = [cumulative[p] for p in positions] + [now.count]
-        counters = pb.MetricFamily()
-        for le, count in zip(les, counts):
-            counter = counters.metric.add()
-            counter.label.extend(label_pairs)
-            counter.label.append(le)
-            counter.counter.value = count
-            if created is not None:
-                _stamp(counter.counter.created_timestamp, created)
-        return family.SerializeToString(), counters.SerializeToString()
-
-    def _exemplars(self, out: pb.Histogram, name: str, cumulative: list[int],
-                   exemplars: dict[int, Exemplar]) -> None:
-        """Each exemplar on its classic bucket (where 2.42 reads them; without classic buckets,
-        on a bucket sent for it alone) and in the native histogram's own list."""
-        bounds = self._bounds[name]
-        for position, exemplar in sorted(exemplars.items()):
-            message = _exemplar(exemplar)
-            if position < len(bounds):  # (the +Inf bucket is implied, not sent)
-                if self._classic:
-                    out.bucket[position].exemplar.CopyFrom(message)
-                else:
-                    out.bucket.add(upper_bound=bounds[position],
-                                   cumulative_count=cumulative[position], exemplar=message)
-            out.exemplars.append(message)  # for parsers reading native exemplars
+        # Counter: value (1), created_timestamp (3)
+        created_field = b"" if stamp is None else wire.field(b"\x1a", stamp)
+        counter_key = b"\x1a" + varint(9 + len(created_field)) + b"\x09"
+        counters = [wire.field(b"\x22", label_fields + le + counter_key + wire.double(count) +
+                               created_field)
+                    for le, count in zip(les, counts)]
+        return family, b"".join(counters)
 
     def window(self, labels: Sequence[tuple[str, str]], quantiles: Sequence[float],
                values: Sequence[float] | None, count: int, total: float) -> bytes:
         """A window-quantile summary metric (no quantiles while the window is empty)."""
-        family = pb.MetricFamily()
-        metric = family.metric.add()
-        metric.label.extend(self._label_pairs(labels))
-        summary = metric.summary
-        summary.sample_count, summary.sample_sum = count, total
-        add = summary.quantile.add
-        for q, v in zip(quantiles, values or ()):
-            add(quantile=q, value=v)
-        return family.SerializeToString()
+        double = wire.double
+        summary = b"".join([b"\x08", wire.varint(count), b"\x11", double(total)] + [
+            b"\x1a\x12\x09" + double(q) + b"\x11" + double(v)
+            for q, v in zip(quantiles, values or ())])
+        return wire.field(b"\x22", self._label_fields(labels) + wire.field(b"\x22", summary))
+
+
+def _exemplar(exemplar: Exemplar) -> bytes:
+    """An Exemplar's body: its trace-id label pair, value and timestamp."""
+    trace_id, value, timestamp = exemplar
+    return (wire.field(b"\x0a", wire.label_pair(EXEMPLAR_LABEL, trace_id)) + b"\x11" +
+            wire.double(value) + wire.field(b"\x1a", wire.timestamp(timestamp)))
 
 
 def small_family(family: Metric) -> bytes:
@@ -217,4 +217,3 @@ def small_family(family: Metric) -> bytes:
             metric.untyped.value = sample.value
     data = out.SerializeToString()
     return varint(len(data)) + data
-

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from ..diagnose.causes import DEFAULT, Thresholds
 from ..diagnose.run import DiagnoseError, Prometheus, Request, diagnose
 
 #: The API paths (under /api/v1/) the page reads: panel queries, variables, alerts.
@@ -57,23 +58,31 @@ class PrometheusProxy:
 
 @dataclass
 class Findings:
-    """`diagnose` over the last `since` seconds against the `baseline` seconds before them,
-    run at most once per `max_age` seconds however many pages ask (it runs ~40 queries)."""
+    """`diagnose` over the last `since` seconds against the `baseline` seconds before them (or
+    ending at `baseline_at`, once the last `since` seconds are all past it: the demo compares
+    with its calm), run at most once per `max_age` seconds however many pages ask (it runs ~40
+    queries)."""
 
     prometheus_url: str
     since: float = 900.0
     baseline: float = 3600.0
+    baseline_at: float | None = None
     max_age: float = 10.0
+    thresholds: Thresholds = DEFAULT
     _cached: dict[str, Any] | None = None
     _at: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def _run(self) -> dict[str, Any]:
         at = time.time()
-        answer: dict[str, Any] = {"at": at, "since": self.since, "baseline": self.baseline}
+        fixed = self.baseline_at is not None and at - self.since >= self.baseline_at
+        request = Request(at=at, since=self.since, baseline=self.baseline,
+                          baseline_at=self.baseline_at if fixed else None)
+        answer: dict[str, Any] = {"at": at, "since": self.since, "baseline": self.baseline,
+                                  "baseline_end": request.baseline_end}
         try:
-            found = diagnose(Prometheus(self.prometheus_url),
-                             Request(at=at, since=self.since, baseline=self.baseline))
+            found = diagnose(Prometheus(self.prometheus_url, timeout=30.0), request,
+                             self.thresholds)
             answer["findings"] = [f.as_json() for f in found]
         except DiagnoseError as e:  # e.g. no TTFT series yet: said on the page
             answer["findings"], answer["error"] = [], str(e)

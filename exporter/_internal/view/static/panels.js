@@ -107,7 +107,7 @@ window.TtftPanels = (function () {
     return box;
   }
 
-  function timeseries(body, panel, series) {
+  function timeseries(body, panel, series, range) {
     const fc = panel.fieldConfig.defaults;
     const custom = fc.custom || {};
     const drawn = series.filter((s) => s.points.some((p) => Number.isFinite(p[1])));
@@ -132,7 +132,7 @@ window.TtftPanels = (function () {
     const alpha = Math.round(((custom.fillOpacity || 0) / 100) * 255).toString(16).padStart(2, "0");
     new uPlot({ // eslint-disable-line no-new
       width, height, legend: { show: false }, cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: true }, y: { distr: custom.scaleDistribution && custom.scaleDistribution.type === "log" ? 3 : 1,
+      scales: { x: { time: true, range: () => [range.start, range.end] }, y: { distr: custom.scaleDistribution && custom.scaleDistribution.type === "log" ? 3 : 1,
         range: (u, lo, hi) => [fc.min != null ? fc.min : Math.min(0, lo), fc.max != null ? fc.max : (hi > lo ? hi : lo + 1)] } },
       axes: [{ stroke: "#aaa", grid: { stroke: "#333" } },
         { stroke: "#aaa", grid: { stroke: "#333" }, size: 84, values: (u, ticks) => ticks.map((t) => format(t, fc.unit, fc.decimals)) }],

@@ -178,7 +178,7 @@
     try {
       if (!render) throw new Error(`panel type ${panel.type} is not previewed`);
       const scope = builtins(range, body.clientWidth || 600);
-      element.dataset.state = render(body, panel, await runTargets(panel, range, scope));
+      element.dataset.state = render(body, panel, await runTargets(panel, range, scope), range);
     } catch (error) {
       element.dataset.state = "error";
       body.innerHTML = "";
