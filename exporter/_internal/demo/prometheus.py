@@ -9,11 +9,14 @@ adds the HTTP API the tests query.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -45,6 +48,14 @@ def scrape_config(*targets: str, job: str = "ttft-exporter", interval: float = 1
             f"  evaluation_interval: {evaluation or interval:g}s\n"
             f"scrape_configs:\n  - job_name: {job}\n"
             f"    static_configs:\n      - targets: [{listed}]\n")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the thread that started it ends (the
+    demo's and the tests' main thread), even by SIGKILL, so a killed demo or test leaves no
+    Prometheus behind."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def missing() -> str | None:
@@ -84,7 +95,8 @@ class PrometheusProcess:
              f"--storage.tsdb.path={self._dir / 'data'}",
              "--web.listen-address=127.0.0.1:0", *extra_flags],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, cwd=self._dir)
+            text=True, cwd=self._dir,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         os.setpriority(os.PRIO_PROCESS, self._proc.pid, niceness)
         # Drain stderr on a thread: a full pipe would block Prometheus, and the port is in there.
         self._reader = threading.Thread(target=self._read_log, daemon=True)
