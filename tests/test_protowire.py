@@ -98,12 +98,13 @@ exemplar_strategy = st.tuples(label_text, st.floats(allow_nan=False, width=64),
 @given(family=st.sampled_from(FAMILIES), classic=st.booleans(), labels=labels_strategy,
        values=values_strategy,
        exemplars=st.dictionaries(st.integers(0, 40), exemplar_strategy, max_size=4),
-       created=st.one_of(st.none(), st.floats(0, 4e9)))
+       created=st.one_of(st.none(), st.floats(0, 4e9)), repeat=st.sampled_from([1, 1, 300]))
 def test_histogram_bytes_equal_the_upb_messages(family, classic, labels, values, exemplars,
-                                                created) -> None:
+                                                created, repeat) -> None:
+    """(`repeat`: each value that many times, for counts past the encoder's small tables)"""
     layout = SCHEMA.families[family.name].layout
     hist = Histogram(layout)
-    hist.record_many([min(v, layout.highest) for v in values])
+    hist.record_many([min(v, layout.highest) for v in values] * repeat)
     positions = len(layout.boundaries) + 1
     now = sample(family, hist, {p % positions: e for p, e in exemplars.items()} or None)
     encoder = ENCODERS[classic]
@@ -111,7 +112,8 @@ def test_histogram_bytes_equal_the_upb_messages(family, classic, labels, values,
     theirs, their_counters = reference(family, labels, now, created, classic, encoder)
     assert ours == theirs
     assert our_counters == their_counters
-    assert pb.MetricFamily.FromString(ours).metric[0].histogram.sample_count == len(values)
+    assert pb.MetricFamily.FromString(ours).metric[0].histogram.sample_count == \
+        len(values) * repeat
 
 
 @settings(max_examples=100, deadline=None)

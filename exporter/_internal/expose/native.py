@@ -89,16 +89,15 @@ class Converter:
 
     def convert(self, hist: Histogram) -> NativeBuckets:
         lo, counts = hist.stored()
-        indices = compress(range(lo, lo + len(counts)), counts)
-        zero = counts[0] if lo == 0 and counts else 0
-        table = self.table
+        zero = 0
+        if lo == 0 and counts:  # index 0 holds the value 0: the zero bucket
+            zero, lo, counts = counts[0], 1, counts[1:]
+        # the native index of each non-empty HDR bucket, and its count (both walked in C)
+        native = map(self.table.__getitem__, compress(range(lo, lo + len(counts)), counts))
         keys: list[int] = []
         sums: list[int] = []
         last = None
-        for i, c in zip(indices, filter(None, counts)):
-            if i == 0:
-                continue
-            k = table[i]
+        for k, c in zip(native, filter(None, counts)):
             if k == last:
                 sums[-1] += c
             else:
@@ -134,22 +133,25 @@ MAX_GAP = 2
 
 def _spans(keys: list[int], sums: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
     """Spans and delta-encoded counts of populated buckets at ascending `keys`."""
-    spans: list[list[int]] = []
+    spans: list[tuple[int, int]] = []
     deltas: list[int] = []
-    previous_key = previous = 0
+    if not keys:
+        return spans, deltas
+    append = deltas.append
+    offset, length = keys[0], 0  # the span being built
+    previous_key, previous = keys[0] - 1, 0
     for k, c in zip(keys, sums):
-        if not spans:
-            spans.append([k, 1])
+        gap = k - previous_key - 1
+        if gap > MAX_GAP:
+            spans.append((offset, length))
+            offset, length = gap, 1
         else:
-            gap = k - previous_key - 1
-            if gap > MAX_GAP:
-                spans.append([gap, 1])
-            else:
-                spans[-1][1] += gap + 1
-                if gap:  # empty buckets sent as zeros: the count drops to 0, then rises
-                    deltas.append(-previous)
-                    deltas.extend([0] * (gap - 1))
-                    previous = 0
-        deltas.append(c - previous)
+            length += gap + 1
+            if gap:  # empty buckets sent as zeros: the count drops to 0, then rises
+                append(-previous)
+                deltas += [0] * (gap - 1)
+                previous = 0
+        append(c - previous)
         previous, previous_key = c, k
-    return [(offset, length) for offset, length in spans], deltas
+    spans.append((offset, length))
+    return spans, deltas

@@ -20,6 +20,8 @@ a varint: the `encoding=delimited` framing.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from itertools import chain
 from typing import Sequence
 
 from prometheus_client.core import Metric
@@ -42,15 +44,32 @@ _TYPES = {"counter": pb.COUNTER, "gauge": pb.GAUGE, "summary": pb.SUMMARY,
 _NO_OP_SPAN = [(0, 0)]
 #: Histogram field 6, the zero bucket's breadth: the same for every histogram.
 _ZERO_THRESHOLD = b"\x31" + wire.double(ZERO_THRESHOLD)
-#: A classic bucket's key, length and count key by the length of its count's varint: the
-#: count and the upper bound (nine bytes) follow.
-_BUCKET_HEADS = [b"\x1a" + bytes([n + 10]) + b"\x08" for n in range(11)]
-#: `positive_delta` fields (13, sint64) of the small deltas most are.
-_DELTAS = [b"\x68" + wire.zigzag(d) for d in range(-2048, 2048)]
+
+
+def _bucket_count(count: int) -> bytes:
+    """A classic bucket's key and length, and its `cumulative_count` field: the upper bound
+    field (nine bytes) follows."""
+    count_bytes = varint(count)
+    return b"\x1a" + bytes([len(count_bytes) + 10]) + b"\x08" + count_bytes
+
+
+@lru_cache(maxsize=4096)
+def _span_field(span: tuple[int, int]) -> bytes:
+    """A `positive_span` field (12): BucketSpan offset (1, sint32), length (2). Histograms of
+    one family share most of their spans: the recent ones are kept."""
+    offset, length = span
+    return wire.field(b"\x62", b"\x08" + wire.zigzag(offset) + b"\x10" + varint(length))
 
 
 def _delta_field(delta: int) -> bytes:
-    return _DELTAS[delta + 2048] if -2048 <= delta < 2048 else b"\x68" + wire.zigzag(delta)
+    """A `positive_delta` field (13, sint64)."""
+    return b"\x68" + wire.zigzag(delta)
+
+
+#: The pieces of the small counts and deltas most are, looked up rather than built.
+_BUCKET_COUNTS = [_bucket_count(n) for n in range(len(wire.SMALL))]
+_DELTA_LIMIT = 2048
+_DELTAS = {d: _delta_field(d) for d in range(-_DELTA_LIMIT, _DELTA_LIMIT)}
 
 
 def delimited(header: bytes, metrics: Sequence[bytes]) -> bytes:
@@ -90,6 +109,7 @@ class Encoder:
         self._slo: dict[str, tuple[list[int], list[bytes]]] = {}
         self._labels: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._classic = hist.protobuf_classic_buckets
+        self._last_created: tuple[float | None, bytes] = (None, b"")
         by_layout: dict[int, Converter] = {}
         for name, spec in families.items():
             fam, layout = spec.family, spec.layout
@@ -122,6 +142,13 @@ class Encoder:
                 wire.field(b"\x0a", wire.label_pair(k, v)) for k, v in key)
         return found
 
+    def _stamp(self, created: float) -> bytes:
+        """A created timestamp's body; series created at one scrape share it, so the last one
+        is kept."""
+        if created != self._last_created[0]:
+            self._last_created = (created, wire.timestamp(created))
+        return self._last_created[1]
+
     def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample,
                   created: float | None = None) -> tuple[bytes, bytes]:
         """The series' histogram metric, and its SLO counts metrics (b"" for other families),
@@ -136,11 +163,10 @@ class Encoder:
         out = [b"\x08", varint(now.count), b"\x11", wire.double(now.total)]
         # Bucket: cumulative_count (1), upper_bound (2), exemplar (3); +Inf is implied
         bounds = self._bounds[name]
-        if self._classic and not marked:
-            small, limit = wire.SMALL, len(wire.SMALL)
-            for bound, count in zip(bounds, cumulative):
-                count_bytes = small[count] if count < limit else varint(count)
-                out += (_BUCKET_HEADS[len(count_bytes)], count_bytes, bound)
+        if self._classic and not marked:  # (the counts' pieces looked up in C where small)
+            count_pieces = map(_BUCKET_COUNTS.__getitem__ if now.count < len(_BUCKET_COUNTS)
+                               else _bucket_count, cumulative)
+            out += chain.from_iterable(zip(count_pieces, bounds))
         else:  # without classic buckets, a bucket is sent for an exemplar alone
             for position, bound in enumerate(bounds):
                 exemplar = marked.get(position)
@@ -151,12 +177,12 @@ class Encoder:
                     out += (b"\x1a", varint(len(bucket)), bucket)
         out += (b"\x28", wire.zigzag(native.schema), _ZERO_THRESHOLD,
                 b"\x38", varint(native.zero_count))
-        # BucketSpan: offset (1, sint32), length (2); no spans: the no-op span marks it native
-        for offset, length in native.spans or _NO_OP_SPAN:
-            span = b"\x08" + wire.zigzag(offset) + b"\x10" + varint(length)
-            out += (b"\x62", varint(len(span)), span)
-        out += map(_delta_field, native.deltas)
-        stamp = None if created is None else wire.timestamp(created)
+        # no spans: the no-op span marks it native
+        out += map(_span_field, native.spans or _NO_OP_SPAN)
+        deltas = native.deltas
+        small_deltas = not deltas or -_DELTA_LIMIT <= min(deltas) and max(deltas) < _DELTA_LIMIT
+        out += map(_DELTAS.__getitem__ if small_deltas else _delta_field, deltas)
+        stamp = None if created is None else self._stamp(created)
         if stamp is not None:
             out.append(wire.field(b"\x7a", stamp))  # created_timestamp (15)
         for exemplar in marked.values():  # also in the native histogram's own list
