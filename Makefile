@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench diagnose-eval generate install assets prometheus chromium screenshots proto clean
+.PHONY: demo test calm-test bench diagnose-eval generate install assets prometheus chromium screenshots proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,14 @@ chromium:
 demo: $(STAMP) assets
 	$(VENV)/bin/ttft-exporter demo
 
+# The calm demo's test (tests/test_calm_demo.py) runs a demo for 5+ minutes and judges its
+# alerts: beside the rest of the suite on a 2-core machine it is starved (and starves the
+# timing tests), so it has its own target.
 test: $(STAMP) assets prometheus chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --ignore=tests/test_calm_demo.py
+
+calm-test: $(STAMP) assets prometheus
+	$(PY) -m pytest -q tests/test_calm_demo.py
 
 # docs/screenshots/*.png: each dashboard's page during the compressed day's noisy neighbour,
 # taken by the browser test.
