@@ -461,7 +461,6 @@ async def test_async_mid_stream_disconnect_keeps_the_sdk_error(server, recorded)
     assert "async_tokens" in frames and not frames & {"sync_tokens", "_failed"}
 
 
-@pytest.mark.xfail(reason="known regression (session note): 100 concurrent async streams to the local provider end in ReadError since this session's merges, with the old token loop too; to bisect", strict=False)
 async def test_100_concurrent_async_streams(server, recorded):
     c = aclient(server)
 

@@ -40,6 +40,7 @@ from typing import Any, NoReturn
 from aiohttp import web
 
 from ..expose import http_thread
+from ..expose.connection_guard import Limits
 from .far_region import FarRegion, start_far_region
 from .incidents import Knobs
 from .latency import LatencyModel, LatencySimulator, Plan, limited
@@ -286,12 +287,19 @@ class RunningProvider:
         await self._runner.cleanup()
 
 
+#: A provider serves many concurrent streams to one client (the demo's load, a test's 100
+#: concurrent SDK calls): the exporter's per-client cap, made against floods of its own
+#: endpoints, would shed them.
+_PROVIDER_LIMITS = Limits(max_connections=4096, max_connections_per_client=4096)
+
+
 async def run_provider(host: str = "127.0.0.1", port: int = 0,
                        model: LatencyModel | None = None) -> RunningProvider:
     """Serve the provider on the running loop; port 0 picks a free port (see `base_url`)."""
     address = _loopback_address(host)
     runner, bound_port = await http_thread.serve(create_app(model), address, port,
-                                                 shutdown_timeout=_SHUTDOWN_TIMEOUT)
+                                                 shutdown_timeout=_SHUTDOWN_TIMEOUT,
+                                                 limits=_PROVIDER_LIMITS)
     return RunningProvider(base_url=http_thread.base_url(address, bound_port), _runner=runner)
 
 
@@ -323,7 +331,7 @@ class ProviderServer:
         app = create_app(self._model, self.knobs)
         server = http_thread.HttpThread(
             app, _loopback_address(self._host), self._port,
-            name="demo-provider", shutdown_timeout=_SHUTDOWN_TIMEOUT)
+            name="demo-provider", shutdown_timeout=_SHUTDOWN_TIMEOUT, limits=_PROVIDER_LIMITS)
         self._http = server.start()
         if self._far_wanted:
             far_app = create_app(state=app[_STATE], close_connections=True, region="far")
