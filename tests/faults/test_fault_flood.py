@@ -136,10 +136,13 @@ def test_a_flood_does_not_starve_healthz_nor_other_pushers(tmp_path: Path, sourc
                   if name == names.SELF_HTTP_CLOSED}
         assert closed["shed"] >= FLOOD // 2  # the flood was shed (counted), its oldest first
         assert flood.most_open >= FLOOD - 1
-        # the flood's connections, accept bursts (the listen backlog, 128) not yet
-        # shed, and the rest of the process
+        # The flood's held connections, the accept bursts in flight, and the rest of the
+        # process. asyncio accepts at most one listen backlog (128) per loop pass; a burst's
+        # transports are made one pass later, its connection_made sheds the oldest idle
+        # connections the pass after, and their descriptors close on the third: up to three
+        # bursts are open beyond the held ones when /proc is read (CI saw 416 of 448).
         held = 64 if sources == ONE_SOURCE else 256
-        assert max(fds) < held + 2 * 128 + 40  # (not the 1,100 of the flood)
+        assert max(fds) < held + 3 * 128 + 40  # (not the 1,100 of the flood)
     finally:
         flood.stop()
         flusher.close(timeout=0)
