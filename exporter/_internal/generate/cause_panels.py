@@ -24,9 +24,10 @@ def why_row(q: Queries) -> list[tuple[core.Panel, int]]:
 
     def rise(key: str, *extra: str, k: int = 10) -> str:
         """now / the baseline; 1 (no change known) where the baseline has no value yet (less
-        than `offset` of history), so the panel draws "now" from the start."""
+        than `offset` of history), so the panel draws "now" from the start. No value where
+        either side is undefined (a window without calls records NaN) or both are 0."""
         now, base = (selector(name, [*mr, *extra]) for name in (n.now(key), n.base(key)))
-        return top(f"{now}\n/ (\n  {base} > 0\n  or\n  {now}\n)", k)
+        return top(f"({now} >= 0)\n/ (\n  {base} > 0\n  or\n  {now} > 0\n)", k)
 
     return [
         (Row(title="Why is TTFT up? (likely cause, and the signals that decide it)"), 24),

@@ -126,11 +126,14 @@ def top(expr: str, k: int = TOP, bottom: bool = False) -> str:
     every step: a time series panel of the top k never draws more than k lines.
 
     `topk` alone picks anew at each step (a "top 10" panel drew 11-19 lines over its range).
-    Each series is ranked once, by its peak (lowest: its trough) over the range, evaluated at
-    the range's end (`@ end()`, on by default since Prometheus 2.33), and only the picked
-    series are drawn.
+    Each series is ranked once, evaluated at the range's end (`@ end()`, on by default since
+    Prometheus 2.33), and only the picked series are drawn. The highest rank by their peak over
+    the range. The lowest (shares) rank by their last value: a share has a floor at 0 that
+    every series touches while its window holds only a few calls, all uncached (each
+    tenant's first ones, and any quiet spell), so ranking by the trough tied nearly every
+    series at 0 and dropped the one that is low now.
     """
-    kind, over = ("bottomk", "min_over_time") if bottom else ("topk", "max_over_time")
+    kind, over = ("bottomk", "last_over_time") if bottom else ("topk", "max_over_time")
     pick = f"{kind}({k}, {over}({block(expr)}[{RANGE}:{INTERVAL}] @ end()))"
     return f"{block(expr)}\nand\n{pick}"
 
