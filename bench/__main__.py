@@ -21,6 +21,7 @@ SECTIONS = [
     ("bench.push", "Multi-process push and aggregator (issue #5)"),
     ("bench.native", "Native histograms over protobuf (issue #13)"),
     ("bench.diagnose", "diagnose on the incident day (issue #14)"),
+    ("bench.cause_cost", "Cause decision: Prometheus cost"),
     ("bench.tasks", "Agent tasks: tool, guardrail and task cost (issue #15)"),
 ]
 

@@ -18,3 +18,25 @@ def test_benchmarks_run_quick():
     out = run.stdout
     assert "| figure |" in out and "bytes per series" in out and "scrape" in out
     assert "| `exporter.instrument()` | +" in out and "stream with usage, cold" in out
+
+
+def test_cause_cost_at_a_tiny_size():
+    """bench.cause_cost end to end at ~2,000 head series with second-long windows: the
+    decision ran against a real Prometheus and read the served series (no timing asserted)."""
+    import math
+
+    from bench.cause_cost import Plan, fit, measure
+    from exporter._internal.diagnose.causes import SIGNALS
+    from exporter._internal.diagnose.run import LOGGED
+    from tests.support.prometheus import require_prometheus
+
+    require_prometheus()
+    row = measure(2_000, Plan(interval=1, window=4, offset=8, evaluations=2, models=1,
+                              routes=2))
+    assert 1_000 <= row.head_series <= 4_000, row
+    assert row.queries == 2 * (len(SIGNALS) + len(LOGGED)) + 3  # + the histogram-mode check
+    assert 0 < row.series_read < row.head_series and row.samples_read > row.series_read
+    assert row.rows_returned > 0
+    assert len(row.wall) == 2 and all(0 < w < 60 for w in row.wall)
+    assert all(math.isfinite(x) and x >= 0 for x in (row.engine, row.cpu)) and row.engine > 0
+    assert fit([1, 2, 3], [3, 5, 7]) == (1.0, 2.0)
