@@ -25,6 +25,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from statistics import median
@@ -75,13 +76,19 @@ class Row:
     samples_read: int
     queries: int
     rows_returned: int
+    #: per evaluation: seconds (wall) and Prometheus' process CPU seconds
     wall: list[float]
-    engine: float  # Prometheus' query engine seconds per evaluation (every slice)
-    cpu: float  # Prometheus process CPU seconds per evaluation
+    cpu: list[float]
+    #: median per evaluation of Prometheus' query engine seconds (every slice)
+    engine: float
 
     @property
     def wall_median(self) -> float:
         return median(self.wall)
+
+    @property
+    def cpu_median(self) -> float:
+        return median(self.cpu)
 
 
 # --- the scrape body ----------------------------------------------------------------------------
@@ -263,74 +270,126 @@ def series_read(url: str, exprs: list[str], at: float) -> int:
     return int(float(result[0]["value"][1])) if result else 0
 
 
-def samples_read(url: str, exprs: list[str], at: float) -> int:
-    """Samples Prometheus loaded for the queries (its own `totalQueryableSamples`)."""
-    return sum(int(_api(url, expr, at, stats=True).get("stats", {}).get("samples", {})
-                   .get("totalQueryableSamples", 0)) for expr in exprs)
+def samples_read(url: str, exprs: list[str], at: float,
+                 log: Callable[[str], None] = lambda _: None) -> int:
+    """Samples Prometheus loaded for the queries (its own `totalQueryableSamples`); the
+    heaviest queries go to `log`."""
+    stats = []
+    for expr in exprs:
+        found = _api(url, expr, at, stats=True).get("stats", {})
+        stats.append((int(found.get("samples", {}).get("totalQueryableSamples", 0)),
+                      float(found.get("timings", {}).get("evalTotalTime", 0)), expr))
+    for samples, seconds, expr in sorted(stats, reverse=True)[:5]:
+        log(f"  {samples:,} samples, {seconds:.2f} s alone: {' '.join(expr.split())[:160]}")
+    return sum(samples for samples, _, _ in stats)
 
 
-# --- one size --------------------------------------------------------------------------------------
+# --- the sizes, side by side ------------------------------------------------------------------
 
-def measure(series: int, plan: Plan = FULL, log: Callable[[str], None] = lambda _: None) -> Row:
-    """Serve about `series` samples, let Prometheus scrape them for both windows, stop the
-    scrapes and time `plan.evaluations` decisions at the last scrape."""
-    from tests.support.prometheus import PrometheusServer, scrape_config
+class Scraped:
+    """One size: its body served, a Prometheus scraping it until both windows hold samples,
+    then the scrapes stopped (`ready`), so nothing but the queries runs in that Prometheus."""
 
-    tenants = tenants_for(series, plan.models, plan.routes)
-    began = time.perf_counter()
-    body = Body(render(tenants, plan.models, plan.routes))
-    log(f"{series:,}: {tenants} tenants per (model, route), {body.samples:,} samples, "
-        f"rendered in {time.perf_counter() - began:.0f} s")
-    target = Target(body)
-    stopped = False
-    config = scrape_config(target.address, job="ttft-exporter", interval=plan.interval)
-    # at 1M series a query among 8 at once on 2 cores can outlast the default 2 minutes
-    with PrometheusServer(config, extra_flags=["--query.timeout=10m"]) as prom:
+    def __init__(self, series: int, plan: Plan, log: Callable[[str], None]):
+        from tests.support.prometheus import PrometheusServer, scrape_config
+
+        self.series, self.plan, self.log = series, plan, log
+        tenants = tenants_for(series, plan.models, plan.routes)
+        began = time.perf_counter()
+        body = Body(render(tenants, plan.models, plan.routes))
+        log(f"{series:,}: {tenants} tenants per (model, route), {body.samples:,} samples, "
+            f"rendered in {time.perf_counter() - began:.0f} s")
+        self.target = Target(body)
+        self.stopped = False
+        config = scrape_config(self.target.address, job="ttft-exporter", interval=plan.interval)
         try:
-            deadline = time.monotonic() + plan.interval * (plan.scrapes + 6) + 60
-            while len(target.served) < plan.scrapes:
-                if time.monotonic() > deadline or not prom.running():
-                    raise RuntimeError(f"only {len(target.served)} scrapes served:\n{prom.log}")
-                time.sleep(0.2)
-            # the next scrape would grow the head; stop here and wait until the last one is
-            # stored (its `up` is there) so nothing but the queries runs in Prometheus
-            target.stop()
-            stopped = True
-            at = target.served[-1]
-            prom.wait_for(f'up{{job="ttft-exporter"}} == 1 and timestamp(up) >= {at - 1:.3f}',
-                          timeout=plan.interval * 3 + 30)
-            # the failed scrape after the stop marks the series stale after `at`
-            prom.wait_for('up{job="ttft-exporter"} == 0', timeout=plan.interval * 3 + 30)
-            time.sleep(1)
-            log(f"{series:,}: {len(target.served)} scrapes over "
-                f"{target.served[-1] - target.served[0]:.0f} s")
-            al = AlertingConfig(tenant_window_seconds=plan.window,
-                                tenant_baseline_offset_seconds=plan.offset)
-            req = Request(at=at, since=al.tenant_window_seconds, baseline=al.tenant_window_seconds,
-                          baseline_at=at - al.tenant_baseline_offset_seconds)
-            recording = _Recording(prom.url, timeout=600)
-            diagnose(recording, req, alerting=al)  # warm-up, and what it asks
-            exprs = [expr for expr, _ in recording.asked]
-            client = Prometheus(prom.url, timeout=600)
-            before = self_metrics(prom.url)
-            wall = []
-            for _ in range(plan.evaluations):
+            # at 1M series a query among 8 at once on 2 cores can outlast the default 2 minutes
+            self.prom = PrometheusServer(config, extra_flags=["--query.timeout=10m"])
+        except BaseException:
+            self.target.stop()
+            raise
+        self.deadline = time.monotonic() + plan.interval * (plan.scrapes + 10) + 120
+        self.at = 0.0
+
+    def ready(self) -> bool:
+        """Stop the scrapes once there are enough; True once the last one is stored and the
+        next failed (its stale markers are written after `at`, the last scrape's time)."""
+        if self.at:
+            return True
+        if not self.stopped:
+            if len(self.target.served) < self.plan.scrapes:
+                if time.monotonic() > self.deadline or not self.prom.running():
+                    raise RuntimeError(f"{self.series:,}: only {len(self.target.served)} "
+                                       f"scrapes served:\n{self.prom.log}")
+                return False
+            self.target.stop()
+            self.stopped = True
+        last = self.target.served[-1]
+        wait = self.plan.interval * 3 + 30
+        self.prom.wait_for(f'up{{job="ttft-exporter"}} == 1 and timestamp(up) >= {last - 1:.3f}',
+                           timeout=wait)
+        self.prom.wait_for('up{job="ttft-exporter"} == 0', timeout=wait)
+        self.at = last
+        self.log(f"{self.series:,}: {len(self.target.served)} scrapes over "
+                 f"{last - self.target.served[0]:.0f} s")
+        return True
+
+    def close(self) -> None:
+        if not self.stopped:
+            self.target.stop()
+            self.stopped = True
+        self.prom.stop()
+
+
+def measure(sizes: list[int], plan: Plan = FULL, log: Callable[[str], None] = lambda _: None
+            ) -> list[Row]:
+    """Serve each size to its own Prometheus, all at once, until both windows hold samples;
+    then time `plan.evaluations` decisions per size at its last scrape, interleaved (each
+    round evaluates every size once), as every speed in docs/benchmarks.md is measured."""
+    al = AlertingConfig(tenant_window_seconds=plan.window,
+                        tenant_baseline_offset_seconds=plan.offset)
+    with ExitStack() as stack:
+        scraped: list[Scraped] = []
+        for n in sizes:
+            scraped.append(Scraped(n, plan, log))
+            stack.callback(scraped[-1].close)
+        while not all([s.ready() for s in scraped]):
+            time.sleep(0.2)
+        time.sleep(1)
+        requests = [Request(at=s.at, since=al.tenant_window_seconds,
+                            baseline=al.tenant_window_seconds,
+                            baseline_at=s.at - al.tenant_baseline_offset_seconds)
+                    for s in scraped]
+        recordings = []
+        for s, req in zip(scraped, requests):  # warm-up, and what the decision asks
+            recordings.append(_Recording(s.prom.url, timeout=600))
+            diagnose(recordings[-1], req, alerting=al)
+        heads = [int(self_metrics(s.prom.url)["head"]) for s in scraped]
+        wall: list[list[float]] = [[] for _ in scraped]
+        cpu: list[list[float]] = [[] for _ in scraped]
+        engine: list[list[float]] = [[] for _ in scraped]
+        for _ in range(plan.evaluations):
+            for k, (s, req) in enumerate(zip(scraped, requests)):
+                client = Prometheus(s.prom.url, timeout=600)
+                before = self_metrics(s.prom.url)
                 start = time.perf_counter()
                 diagnose(client, req, alerting=al)
-                wall.append(time.perf_counter() - start)
-            after = self_metrics(prom.url)
-            read = series_read(prom.url, exprs, at)
-            samples = samples_read(prom.url, exprs, at)
-        finally:
-            if not stopped:
-                target.stop()
-    row = Row(target=series, head_series=int(before["head"]), series_read=read,
-              samples_read=samples, queries=len(exprs),
-              rows_returned=sum(rows for _, rows in recording.asked), wall=wall,
-              engine=(after["engine"] - before["engine"]) / plan.evaluations,
-              cpu=(after["cpu"] - before["cpu"]) / plan.evaluations)
-    log(f"{series:,}: {row}")
-    return row
+                wall[k].append(time.perf_counter() - start)
+                after = self_metrics(s.prom.url)
+                cpu[k].append(after["cpu"] - before["cpu"])
+                engine[k].append(after["engine"] - before["engine"])
+                log(f"{s.series:,}: evaluation in {wall[k][-1]:.2f} s, Prometheus CPU "
+                    f"{cpu[k][-1]:.2f} s")
+        rows = []
+        for k, (s, rec) in enumerate(zip(scraped, recordings)):
+            exprs = [expr for expr, _ in rec.asked]
+            rows.append(Row(target=s.series, head_series=heads[k],
+                            series_read=series_read(s.prom.url, exprs, s.at),
+                            samples_read=samples_read(s.prom.url, exprs, s.at, log),
+                            queries=len(exprs), rows_returned=sum(r for _, r in rec.asked),
+                            wall=wall[k], engine=median(engine[k]), cpu=cpu[k]))
+            log(f"{s.series:,}: {rows[-1]}")
+    return rows
 
 
 # --- the fit and the section -------------------------------------------------------------------
@@ -354,28 +413,33 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
         f"{plan.window:g} s and the baseline {plan.offset:g} s earlier, against a real "
         f"Prometheus {_prometheus_version()} that scraped the exporter's families every "
         f"{plan.interval:g} s ({plan.models} models × {plan.routes} routes × the tenants, "
-        f"rendered by the exporter; the counters grow at a steady rate). The scrapes stop "
-        f"before the {plan.evaluations} timed evaluations, so Prometheus' CPU is the queries' "
-        f"alone. The query engine's seconds add up the queries running side by side (8 on 2 "
-        f"cores), so they exceed the wall time; CPU seconds are the cost.", "",
+        f"rendered by the exporter; the counters grow at a steady rate). Each size has its own "
+        f"Prometheus, all scraping at once; the scrapes stop before the evaluations, so a "
+        f"Prometheus' CPU is the queries' alone, and the {plan.evaluations} timed evaluations "
+        f"per size are interleaved (each round evaluates every size once). The query engine's "
+        f"seconds add up the queries running side by side (8 on 2 cores), so they exceed the "
+        f"wall time; Prometheus' CPU seconds are the cost.", "",
         f"Measured {time.strftime('%Y-%m-%d')}; {machine()[0][2:]} (nproc "
         f"{os.cpu_count()}), shared with other work while it ran. Reproduce: "
         f"`python -m bench --only bench.cause_cost` (`make bench` runs every section).", "",
         "| head series | series the decision reads | samples it reads | seconds per evaluation "
-        "(median; min, max) | Prometheus query engine s per evaluation | Prometheus CPU s per "
-        "evaluation | CPU µs per series read |",
-        "| ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+        "(median; min, max) | Prometheus CPU s per evaluation (median; min, max) | "
+        "query engine s per evaluation (median) | CPU µs per series read |",
+        "| ---: | ---: | ---: | --- | --- | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r.head_series:,} | {r.series_read:,} | {r.samples_read:,} | "
-                     f"{r.wall_median:.3f} ({min(r.wall):.3f}, {max(r.wall):.3f}) | "
-                     f"{r.engine:.3f} | {r.cpu:.3f} | {r.cpu / r.series_read * 1e6:.1f} |")
-    cpu = [r.cpu for r in rows]
+                     f"{r.wall_median:.2f} ({min(r.wall):.2f}, {max(r.wall):.2f}) | "
+                     f"{r.cpu_median:.2f} ({min(r.cpu):.2f}, {max(r.cpu):.2f}) | "
+                     f"{r.engine:.2f} | {r.cpu_median / r.series_read * 1e6:.0f} |")
+    cpu = [r.cpu_median for r in rows]
     a, b = fit([r.head_series for r in rows], cpu)
     sa, sb = fit([r.series_read for r in rows], cpu)
     wa, wb = fit([r.head_series for r in rows], [r.wall_median for r in rows])
     small, large = rows[0], rows[-1]
-    ratio = (large.cpu / large.series_read) / (small.cpu / small.series_read)
-    exponent = math.log(large.cpu / small.cpu) / math.log(large.series_read / small.series_read)
+    ratio = (large.cpu_median / large.series_read) / (small.cpu_median / small.series_read)
+    head_ratio = (large.cpu_median / large.head_series) / (small.cpu_median / small.head_series)
+    exponent = (math.log(large.cpu_median / small.cpu_median)
+                / math.log(large.series_read / small.series_read))
     lines += ["", f"Formula (least squares over the {len(rows)} sizes; N = head series, "
               f"S = series the decision reads, {small.series_read / small.head_series:.0%} to "
               f"{large.series_read / large.head_series:.0%} of N here):", "",
@@ -383,7 +447,8 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
               f"= {sa:.3f} s + {sb * 1e6:.2f} µs × S",
               f"- wall time per evaluation ≈ {wa:.3f} s + {wb * 1e6:.2f} µs × N", "",
               f"Growth: CPU per series read at {large.head_series:,} head series is "
-              f"{ratio:.2f}× that at {small.head_series:,} (CPU ∝ S^{exponent:.2f}): "
+              f"{ratio:.2f}× that at {small.head_series:,} (per head series {head_ratio:.2f}×; "
+              f"CPU ∝ S^{exponent:.2f}): "
               + ("at most linear." if ratio <= 1.1 else "MORE than linear."),
               "", f"The cost is per evaluation: `ttft-exporter watch` pays it once per "
               f"evaluation interval. Samples per series scale it too: each window held "
@@ -407,14 +472,14 @@ def _prometheus_version() -> str:
 
 def run(quick: bool = False) -> list[str]:
     """The section's lines; `quick` (the suite's smoke run) skips it: the three sizes take
-    ~15 minutes (tests/test_bench_smoke.py measures a tiny size)."""
+    ~15 minutes and 6 GB (tests/test_bench_smoke.py measures a tiny size)."""
     if quick:
         return ["(not run with --quick: the three sizes take ~15 minutes; "
                 "tests/test_bench_smoke.py measures 2,000 series)"]
     import sys
 
-    rows = [measure(n, FULL, lambda s: print(f"bench.cause_cost: {s}", file=sys.stderr,
-                                              flush=True)) for n in SCALES]
+    rows = measure(list(SCALES), FULL, lambda s: print(f"bench.cause_cost: {s}",
+                                                       file=sys.stderr, flush=True))
     return section(rows, FULL)
 
 

@@ -31,12 +31,12 @@ def test_cause_cost_at_a_tiny_size():
     from tests.support.prometheus import require_prometheus
 
     require_prometheus()
-    row = measure(2_000, Plan(interval=1, window=4, offset=8, evaluations=2, models=1,
-                              routes=2))
+    [row] = measure([2_000], Plan(interval=1, window=4, offset=8, evaluations=2, models=1,
+                                  routes=2))
     assert 1_000 <= row.head_series <= 4_000, row
     assert row.queries == 2 * (len(SIGNALS) + len(LOGGED)) + 3  # + the histogram-mode check
     assert 0 < row.series_read < row.head_series and row.samples_read > row.series_read
     assert row.rows_returned > 0
     assert len(row.wall) == 2 and all(0 < w < 60 for w in row.wall)
-    assert all(math.isfinite(x) and x >= 0 for x in (row.engine, row.cpu)) and row.engine > 0
+    assert all(math.isfinite(x) and x >= 0 for x in (row.engine, *row.cpu)) and row.engine > 0
     assert fit([1, 2, 3], [3, 5, 7]) == (1.0, 2.0)
