@@ -438,17 +438,19 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
     small, large = rows[0], rows[-1]
     ratio = (large.cpu_median / large.series_read) / (small.cpu_median / small.series_read)
     head_ratio = (large.cpu_median / large.head_series) / (small.cpu_median / small.head_series)
-    exponent = (math.log(large.cpu_median / small.cpu_median)
-                / math.log(large.series_read / small.series_read))
+    log_c, k = fit([math.log(r.series_read) for r in rows], [math.log(c) for c in cpu])
+    steps = ", ".join(f"{_exponent(x, y):.2f} from {x.head_series:,} to {y.head_series:,}"
+                      for x, y in zip(rows, rows[1:]))
     lines += ["", f"Formula (least squares over the {len(rows)} sizes; N = head series, "
               f"S = series the decision reads, {small.series_read / small.head_series:.0%} to "
               f"{large.series_read / large.head_series:.0%} of N here):", "",
               f"- Prometheus CPU per evaluation ≈ {a:.3f} s + {b * 1e6:.2f} µs × N "
               f"= {sa:.3f} s + {sb * 1e6:.2f} µs × S",
+              f"- as a power: Prometheus CPU per evaluation ≈ {math.exp(log_c) * 1e6:.2f} µs × "
+              f"S^{k:.2f} (the exponent between consecutive sizes: {steps})",
               f"- wall time per evaluation ≈ {wa:.3f} s + {wb * 1e6:.2f} µs × N", "",
               f"Growth: CPU per series read at {large.head_series:,} head series is "
-              f"{ratio:.2f}× that at {small.head_series:,} (per head series {head_ratio:.2f}×; "
-              f"CPU ∝ S^{exponent:.2f}): "
+              f"{ratio:.2f}× that at {small.head_series:,} (per head series {head_ratio:.2f}×): "
               + ("at most linear." if ratio <= 1.1 else "MORE than linear."),
               "", f"The cost is per evaluation: `ttft-exporter watch` pays it once per "
               f"evaluation interval. Samples per series scale it too: each window held "
@@ -456,6 +458,11 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
               f"15 s scrape holds 20, which adds the samples' decoding on top (the samples "
               f"column)."]
     return lines
+
+
+def _exponent(x: Row, y: Row) -> float:
+    """k of CPU ∝ S^k between two sizes."""
+    return math.log(y.cpu_median / x.cpu_median) / math.log(y.series_read / x.series_read)
 
 
 def _prometheus_version() -> str:
