@@ -67,6 +67,15 @@ FULL = Plan()
 
 
 @dataclass(frozen=True)
+class QueryStats:
+    """One query of the decision run alone, as Prometheus' own statistics tell it."""
+
+    samples: int  # totalQueryableSamples
+    seconds: float  # evalTotalTime
+    expr: str
+
+
+@dataclass(frozen=True)
 class Row:
     """One size measured."""
 
@@ -81,6 +90,8 @@ class Row:
     cpu: list[float]
     #: median per evaluation of Prometheus' query engine seconds (every slice)
     engine: float
+    #: the decision's queries, heaviest first
+    heaviest: tuple[QueryStats, ...] = ()
 
     @property
     def wall_median(self) -> float:
@@ -270,18 +281,14 @@ def series_read(url: str, exprs: list[str], at: float) -> int:
     return int(float(result[0]["value"][1])) if result else 0
 
 
-def samples_read(url: str, exprs: list[str], at: float,
-                 log: Callable[[str], None] = lambda _: None) -> int:
-    """Samples Prometheus loaded for the queries (its own `totalQueryableSamples`); the
-    heaviest queries go to `log`."""
-    stats = []
+def query_stats(url: str, exprs: list[str], at: float) -> list[QueryStats]:
+    """Each query's samples and evaluation time, run one at a time, heaviest first."""
+    out = []
     for expr in exprs:
         found = _api(url, expr, at, stats=True).get("stats", {})
-        stats.append((int(found.get("samples", {}).get("totalQueryableSamples", 0)),
-                      float(found.get("timings", {}).get("evalTotalTime", 0)), expr))
-    for samples, seconds, expr in sorted(stats, reverse=True)[:5]:
-        log(f"  {samples:,} samples, {seconds:.2f} s alone: {' '.join(expr.split())[:160]}")
-    return sum(samples for samples, _, _ in stats)
+        out.append(QueryStats(int(found.get("samples", {}).get("totalQueryableSamples", 0)),
+                              float(found.get("timings", {}).get("evalTotalTime", 0)), expr))
+    return sorted(out, key=lambda q: (q.samples, q.seconds), reverse=True)
 
 
 # --- the sizes, side by side ------------------------------------------------------------------
@@ -383,12 +390,15 @@ def measure(sizes: list[int], plan: Plan = FULL, log: Callable[[str], None] = la
         rows = []
         for k, (s, rec) in enumerate(zip(scraped, recordings)):
             exprs = [expr for expr, _ in rec.asked]
+            stats = query_stats(s.prom.url, exprs, s.at)
             rows.append(Row(target=s.series, head_series=heads[k],
                             series_read=series_read(s.prom.url, exprs, s.at),
-                            samples_read=samples_read(s.prom.url, exprs, s.at, log),
+                            samples_read=sum(q.samples for q in stats),
                             queries=len(exprs), rows_returned=sum(r for _, r in rec.asked),
-                            wall=wall[k], engine=median(engine[k]), cpu=cpu[k]))
-            log(f"{s.series:,}: {rows[-1]}")
+                            wall=wall[k], engine=median(engine[k]), cpu=cpu[k],
+                            heaviest=tuple(stats)))
+            log(f"{s.series:,}: {rows[-1].head_series:,} head series, {rows[-1].series_read:,} "
+                f"read, CPU {rows[-1].cpu}, wall {rows[-1].wall}")
     return rows
 
 
@@ -452,11 +462,26 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
               f"Growth: CPU per series read at {large.head_series:,} head series is "
               f"{ratio:.2f}× that at {small.head_series:,} (per head series {head_ratio:.2f}×): "
               + ("at most linear." if ratio <= 1.1 else "MORE than linear."),
+              "", *_heaviest(large),
               "", f"The cost is per evaluation: `ttft-exporter watch` pays it once per "
               f"evaluation interval. Samples per series scale it too: each window held "
               f"{plan.window / plan.interval:g} scrapes here; the default window (300 s) at a "
               f"15 s scrape holds 20, which adds the samples' decoding on top (the samples "
               f"column)."]
+    return lines
+
+
+def _heaviest(row: Row, shown: int = 4) -> list[str]:
+    """The queries that cost the most at `row`'s size, each run alone."""
+    total = sum(q.samples for q in row.heaviest) or 1
+    top = row.heaviest[:shown]
+    lines = [f"At {row.head_series:,} head series the {len(top)} heaviest of the {row.queries} "
+             f"queries read {sum(q.samples for q in top) / total:.0%} of the samples (each run "
+             f"alone, Prometheus' own statistics):", ""]
+    for q in top:
+        text = " ".join(q.expr.split())
+        cut = text if len(text) <= 150 else text[:text.rfind(" ", 0, 150)] + " …"
+        lines.append(f"- {q.samples:,} samples, {q.seconds:.1f} s: `{cut}`")
     return lines
 
 
