@@ -401,6 +401,9 @@ def test_the_schema_knows_every_config_section_the_exporter_does(chart):
     from exporter._internal.config.settings import Config
 
     schema = json.loads((CHART / "values.schema.json").read_text())
+    # `watch` (the chart's watch Deployment) is a chart value beside `config`, not a section of
+    # the exporter's config: only `config`'s sections are the exporter's.
+    assert "watch" in schema["properties"]
     assert set(schema["properties"]["config"]["properties"]) == {f.name for f in fields(Config)}
     docs = render(chart, with_prometheus({"config": {"dashboards": {"histograms": "native"},
                                                      "otel": {"traces": False}}}))
