@@ -17,7 +17,11 @@ import pytest
 import yaml
 
 from exporter._internal.config.loader import load
-from exporter._internal.generate.files import RULE_FILES, generate
+from exporter._internal.diagnose.run import DiagnoseError, parse_duration
+from exporter._internal.diagnose.watch import Windows
+from exporter._internal import names
+from exporter._internal.generate.files import CAUSE_FILE, RULE_FILES, generate
+from exporter.cli import build_parser
 from tests.support import require_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +175,10 @@ def test_prometheus_rules_carry_exactly_the_committed_alerts_with_the_release_jo
         "ttft-exporter/templates/prometheusrule.yaml"]
     for path in sources:
         text = path.read_text().replace('job=~"ttft-exporter"', 'job=~"llm-ttft-exporter"')
-        assert 'job=~"ttft-exporter"' in path.read_text()
+        if path.name == CAUSE_FILE:  # the cause alert selects only the watch's series
+            assert f"expr: {names.LIKELY_CAUSE}{{" in text
+        else:
+            assert 'job=~"ttft-exporter"' in path.read_text()
         assert rules[f"alerts/{MODES[mode]}{path.name}"]["spec"] == yaml.safe_load(text)
         # verbatim, indented under spec: Helm did not touch {{ $labels... }} or anything else
         assert "\n".join("  " + line if line else line
@@ -534,10 +541,19 @@ def test_the_watch_runs_with_the_aggregators_image_config_and_hardening(chart, v
                                  "--config", CONFIG_PATH, "--addr", "0.0.0.0",
                                  "--port", str(watch["port"]), "--interval", watch["interval"]]
     assert container["image"] == agg_container["image"]
+    # the command line the real CLI parses, and the config it loads, queries the exporter's job
+    args = build_parser().parse_args(container["args"])
+    assert args.func.__name__ == "_watch" and args.port == watch["port"]
+    assert (args.prometheus, args.config, args.addr) == (watch["prometheusUrl"], CONFIG_PATH,
+                                                         "0.0.0.0")
+    assert parse_duration(args.interval) >= 1
+    config_map = of_template(docs, "ConfigMap", "configmap.yaml")
+    config = load(yaml.safe_load(config_map["data"][Path(CONFIG_PATH).name]))
+    assert f'job=~"{config.alerting.exporter_job}"' in Windows.of(config.alerting).matchers
+    assert config.alerting.exporter_job == scrape_job(render(chart, {
+        **values, "serviceMonitor": {**values.get("serviceMonitor", {}), "enabled": True}}))
     # the aggregator's config: its ConfigMap, mounted read-only where --config reads it
     assert agg_container["args"] == ["serve", "--config", CONFIG_PATH]
-    config_map = of_template(docs, "ConfigMap", "configmap.yaml")
-    assert Path(CONFIG_PATH).name in config_map["data"]
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert set(mounts) == {str(Path(CONFIG_PATH).parent), "/tmp"}  # nothing else to write
     config_mount = mounts[str(Path(CONFIG_PATH).parent)]
@@ -636,11 +652,9 @@ def test_the_schema_takes_a_disabled_watch_without_url_and_any_http_base_url(hel
     assert report["errors"] and all("/watch/prometheusUrl" in e for e in report["errors"])
 
 
-def test_every_interval_the_schema_takes_is_a_duration_the_cli_parses(helm, chart):
-    """The schema's durations are a subset of what the CLI's duration parser (that of
-    `diagnose --since`) takes: the chart never starts a watch that refuses its --interval."""
-    from exporter._internal.diagnose.run import DiagnoseError, parse_duration
-
+def test_every_interval_the_schema_takes_is_a_duration_the_watch_parses(helm, chart):
+    """The schema's durations are a subset of what `ttft-exporter watch --interval` parses:
+    the chart never starts a watch that refuses its interval."""
     taken = []
     for interval in ("30s", "1m", "90s", "1h30m", "2d", "1w", "0s", "500ms", "1.5m", "30",
                      "m", "30s ", "", "-1m", "1m0s"):
@@ -680,13 +694,18 @@ def test_the_service_monitor_scrapes_the_watch_in_the_exporters_job(chart, value
     assert endpoint["path"] == "/metrics" and endpoint["scheme"] == "http"
     assert not {"tlsConfig", "authorization", "basicAuth"} & set(endpoint)
     assert len(scraped(agg_service)) == 1 and scraped(agg_service) != [endpoint]
-    # the watch's series get the aggregator's job, which every rule selects, the cause alert too
+    # the watch's series get the aggregator's job: the cause alert finds them with or without
+    # the job matcher the other rules have, and the exporter-down alerts cover the watch
     job = watch_service["metadata"]["labels"][spec["jobLabel"]]
     assert job == scrape_job(docs)
-    cause = [r for d in by_kind(docs, "PrometheusRule") for g in d["spec"]["groups"]
-             for r in g["rules"] if r.get("alert") == "LLMTTFTLikelyCause"]
-    matchers = {m for r in cause for m in re.findall(r'job=~"([^"]*)"', r["expr"])}
-    assert cause and matchers and all(re.fullmatch(m, job) for m in matchers)
+    rules = [r for d in by_kind(docs, "PrometheusRule") for g in d["spec"]["groups"]
+             for r in g["rules"]]
+    cause = [r for r in rules if r.get("alert") == "LLMTTFTLikelyCause"]
+    assert cause and all(names.LIKELY_CAUSE in r["expr"] for r in cause)
+    for rule in cause:
+        assert all(re.fullmatch(m, job) for m in re.findall(r'job=~"([^"]*)"', rule["expr"]))
+    down, = [r for r in rules if r.get("alert") == "TTFTExporterDown"]
+    assert re.fullmatch(re.match(r'up\{job=~"([^"]*)"', down["expr"]).group(1), job)
     config = yaml.safe_load(of_template(docs, "ConfigMap", "configmap.yaml")["data"][
         Path(CONFIG_PATH).name])
     assert config["alerting"]["exporter_job"] == job  # what the watch queries for
