@@ -9,7 +9,12 @@ import importlib
 import json
 import re
 import shutil
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ from exporter._internal import names
 from exporter._internal.generate.files import CAUSE_FILE, RULE_FILES, generate
 from exporter.cli import build_parser
 from tests.support import require_module
+from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "ttft-exporter"
@@ -726,3 +732,53 @@ def test_the_chart_readme_documents_every_watch_value():
     missing = [key for key in values_of(CHART / "values.yaml")["watch"]
                if f"`watch.{key}`" not in readme]
     assert not missing
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_charts_watch_command_line_runs_and_is_scraped_in_the_exporters_job(chart,
+                                                                                 tmp_path):
+    """The rendered container, run: its args as they are (the ConfigMap's file at a local
+    path), probed on /healthz, querying a real Prometheus that scrapes it in the job the
+    ServiceMonitor gives. (This Prometheus holds no exporter series, so the decision counts an
+    error; the decision itself is diagnose's tests'.)"""
+    require_prometheus()
+    port = _free_port()
+    values = values_of(CHART / "ci" / "default-values.yaml")
+    values = {**values, "serviceMonitor": {"enabled": True},
+              "watch": {**values["watch"], "port": port}}
+    job = scrape_job(render(chart, values))
+    with PrometheusServer(scrape_config(f"127.0.0.1:{port}", job=job)) as prom:
+        docs = render(chart, {**values, "watch": {**values["watch"], "prometheusUrl": prom.url}})
+        container, = of_template(docs, "Deployment", "watch-deployment.yaml")["spec"][
+            "template"]["spec"]["containers"]
+        config = tmp_path / Path(CONFIG_PATH).name
+        config.write_text(of_template(docs, "ConfigMap", "configmap.yaml")["data"][config.name])
+        args = [str(config) if arg == CONFIG_PATH else arg for arg in container["args"]]
+        assert args != container["args"] and args[2] == prom.url
+        proc = subprocess.Popen([sys.executable, "-m", "exporter.cli", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            probe = container["readinessProbe"]["httpGet"]["path"]
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{probe}") as answer:
+                        assert answer.read() == b"ok\n"
+                        break
+                except OSError:
+                    assert proc.poll() is None, proc.stderr.read()
+                    assert time.monotonic() < deadline, f"nothing answers on {probe}"
+                    time.sleep(0.1)
+            prom.wait_for(f'up{{job="{job}"}} == 1', timeout=30)
+            prom.wait_for(f'sum({names.WATCH_EVALUATIONS}{{job="{job}"}}) > 0', timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+            assert "Traceback" not in proc.stderr.read()
+        finally:
+            proc.kill()
+            proc.wait()
