@@ -110,10 +110,8 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    import threading
-
     from ._internal.diagnose.run import DiagnoseError, Prometheus, parse_duration
-    from ._internal.diagnose.watch import Watch, Windows, create_app
+    from ._internal.diagnose.watch import Watch, WatchService, Windows
     from ._internal.expose import http_thread
     from ._internal.expose.connection_guard import Limits
 
@@ -129,20 +127,16 @@ def _watch(args: argparse.Namespace) -> int:
     except DiagnoseError as e:
         print(f"ttft-exporter watch: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    deciding = threading.Thread(target=watch.run, args=(interval, stop), daemon=True,
-                                name="ttft-exporter-watch-decision")
-    server = http_thread.HttpThread(
-        create_app(watch), args.addr, args.port, name="ttft-exporter-watch-http",
-        limits=Limits(config.server.max_connections, config.server.header_timeout_seconds,
-                      config.server.max_connections_per_client))
-    deciding.start()
+    server = config.server
+    service = WatchService(watch, args.addr, args.port, Limits(
+        server.max_connections, server.header_timeout_seconds, server.max_connections_per_client))
+    service.start(interval)
     try:
-        http_thread.serve_until_signalled(
-            server, lambda s: f"ttft-exporter watch serving {s.base_url}/metrics, deciding "
-                              f"every {interval:g} s from {watch.prom.url}")
+        http_thread.wait_for_signal(
+            f"ttft-exporter watch serving {service.server.base_url}/metrics, deciding every "
+            f"{interval:g} s from {args.prometheus}")
     finally:
-        stop.set()
+        service.stop()
     return 0
 
 

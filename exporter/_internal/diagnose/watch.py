@@ -16,6 +16,7 @@ tell on-call the watch itself is blind.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -25,6 +26,8 @@ from aiohttp import web
 
 from .. import names
 from ..config.settings import AlertingConfig
+from ..expose.connection_guard import Limits
+from ..expose.http_thread import HttpThread
 from ..expose.textformat import count, escape, number
 from ..promql import scope_matchers
 from .causes import DEFAULT, Finding, Thresholds
@@ -71,8 +74,10 @@ class Watch:
     """The latest findings and the watch's own counts; `evaluate` runs one decision and swaps
     them in, `render` reads them (under one lock: a scrape sees one evaluation whole)."""
 
-    def __init__(self, prom: Prometheus, windows: Windows,
+    def __init__(self, prom: Prometheus | None, windows: Windows,
                  clock: Callable[[], float] = time.time):
+        """`prom` None: no decision yet (set it before `evaluate`; the demo starts the watch
+        before the Prometheus that scrapes it)."""
         self.prom = prom
         self.windows = windows
         self.clock = clock
@@ -85,6 +90,7 @@ class Watch:
 
     def evaluate(self) -> bool:
         """One decision at the clock's now; False (findings cleared, error kept) on failure."""
+        assert self.prom is not None, "no Prometheus to read"
         started = time.monotonic()
         at = self.clock()
         try:
@@ -92,6 +98,10 @@ class Watch:
             error = ""
         except DiagnoseError as e:
             findings, error = [], str(e)
+        except Exception as e:  # a bug must not end the watch: counted, said, tried again
+            findings, error = [], f"{type(e).__name__}: {e}"
+            print(f"ttft-exporter watch: the decision failed: {error}", file=sys.stderr,
+                  flush=True)
         seconds = time.monotonic() - started
         with self._lock:
             self._findings = findings
@@ -145,3 +155,41 @@ def create_app(watch: Watch) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     return app
+
+
+class WatchService:
+    """The watch served over HTTP on its own thread, and deciding on another once it has a
+    Prometheus: what `ttft-exporter watch`, the demo and the tests run."""
+
+    def __init__(self, watch: Watch, addr: str, port: int, limits: Limits = Limits()):
+        self.watch = watch
+        self.server = HttpThread(create_app(watch), addr, port, name="ttft-exporter-watch-http",
+                                 limits=limits)
+        self._stop = threading.Event()
+        self._deciding: threading.Thread | None = None
+
+    @property
+    def target(self) -> str:
+        """host:port, for a scrape config."""
+        return self.server.base_url.split("://", 1)[1]
+
+    def start(self, interval: float) -> "WatchService":
+        """Serve now; decide every `interval` seconds once `decide` has a Prometheus (at once
+        when the watch has one)."""
+        self.interval = interval
+        self.server.start()
+        if self.watch.prom is not None:
+            self.decide(self.watch.prom)
+        return self
+
+    def decide(self, prom: Prometheus) -> None:
+        self.watch.prom = prom
+        self._deciding = threading.Thread(target=self.watch.run, args=(self.interval, self._stop),
+                                          daemon=True, name="ttft-exporter-watch-decision")
+        self._deciding.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._deciding is not None:
+            self._deciding.join(timeout=30)
+        self.server.stop()
