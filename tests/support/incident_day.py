@@ -28,7 +28,7 @@ from tests.support.prometheus import PrometheusServer, scrape_config
 
 CALM, PHASE, AFTER = 50.0, 25.0, 5.0
 SCALE = 1 / 120
-#: The rules' window: the tenant alerts' and the cause rules' (20 s: ~22 calls per (model,
+#: The rules' window: the tenant alerts' and the watch's decision's (20 s: ~22 calls per (model,
 #: route); the decision's standard-error gate assumes a window's mean is near normal, and over
 #: ~12-16 calls a heavy-tailed route's is not: 16 s windows named a cause in 1-3 of ~50 calm
 #: window pairs, 26 s ones in none).

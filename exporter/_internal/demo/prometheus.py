@@ -79,9 +79,8 @@ class PrometheusProcess:
     config must not have one. The process log (stderr) is kept in `log` for failure messages.
 
     It runs at `niceness` 10: deployed, Prometheus has machines of its own, and here its rule
-    evaluations (the cause rules took 1.5-2.3 s of a core per evaluation on the tests' incident
-    day) must not take the CPU from the processes whose timings are measured (the demo's load,
-    provider and exporter).
+    evaluations and the watch's queries must not take the CPU from the processes whose timings
+    are measured (the demo's load, provider and exporter).
     """
 
     def __init__(self, config_yaml: str, *, rule_files: Iterable[Path] = (),

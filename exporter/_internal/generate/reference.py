@@ -78,8 +78,9 @@ def thresholds_reference() -> str:
     docs = field_docs(Thresholds)
     lines = [
         "# Diagnosis thresholds", "", GENERATED.strip(), "",
-        f"{section_doc(Thresholds)} `ttft-exporter diagnose` and the generated likely-cause "
-        "rules both decide with these values (exporter/_internal/diagnose/causes.py); "
+        f"{section_doc(Thresholds)} `ttft-exporter diagnose` and `ttft-exporter watch` (which "
+        "the LLMTTFTLikelyCause alert reads) decide with these values, in one function "
+        "(exporter/_internal/diagnose/causes.py); "
         "docs/runbooks.md says why each is where it is.", "",
         "| threshold | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{f.name}` | `{value_text(getattr(DEFAULT, f.name))}` | "
