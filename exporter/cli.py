@@ -1,4 +1,4 @@
-"""`ttft-exporter` command line: serve, demo, generate, diagnose, view, check-config.
+"""`ttft-exporter` command line: serve, demo, generate, diagnose, watch, view, check-config.
 
 User mistakes (a bad config, a busy port) print one clear line per problem and exit 2; a
 traceback means a bug in the exporter.
@@ -106,6 +106,37 @@ def _diagnose(args: argparse.Namespace) -> int:
         print(json.dumps([f.as_json() for f in findings], indent=2))
     else:
         print(table(findings, req))
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from ._internal.diagnose.run import DiagnoseError, Prometheus, parse_duration
+    from ._internal.diagnose.watch import Watch, WatchService, Windows
+    from ._internal.expose import http_thread
+    from ._internal.expose.connection_guard import Limits
+
+    config = load(args.config)
+    why = address_problem(args.addr)
+    if why is not None:
+        raise ConfigError("command line", [("--addr", why)])
+    try:
+        interval = parse_duration(args.interval)
+        windows = Windows.of(config.alerting)
+        windows.request(time.time())  # a baseline that overlaps the window is refused here
+        watch = Watch(Prometheus(args.prometheus, timeout=args.timeout), windows)
+    except DiagnoseError as e:
+        print(f"ttft-exporter watch: {e}", file=sys.stderr)
+        return 2
+    server = config.server
+    service = WatchService(watch, args.addr, args.port, Limits(
+        server.max_connections, server.header_timeout_seconds, server.max_connections_per_client))
+    service.start(interval)
+    try:
+        http_thread.wait_for_signal(
+            f"ttft-exporter watch serving {service.server.base_url}/metrics, deciding every "
+            f"{interval:g} s from {args.prometheus}")
+    finally:
+        service.stop()
     return 0
 
 
@@ -268,6 +299,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds per Prometheus query (default 10)")
     p.set_defaults(func=_diagnose)
+    p = sub.add_parser("watch", help="run diagnose's decision every interval and serve it as "
+                                     "llm_ttft_likely_cause for the LLMTTFTLikelyCause alert")
+    p.add_argument("--prometheus", required=True, metavar="URL",
+                   help="Prometheus' base URL, e.g. http://prometheus:9090")
+    p.add_argument("--config", help="ttft-exporter.yaml: its alerting windows, job and "
+                                    "min_calls (defaults when absent)")
+    p.add_argument("--addr", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=9471, help="port (default 9471)")
+    p.add_argument("--interval", default="30s", metavar="DURATION",
+                   help="how often the decision runs (default 30s)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds per Prometheus query (default 10)")
+    p.set_defaults(func=_watch)
     p = sub.add_parser("view", help="a local web page of the generated dashboards, drawn from "
                                     "Prometheus, with its firing alerts and diagnose's findings")
     p.add_argument("--prometheus", required=True, metavar="URL",

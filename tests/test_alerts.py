@@ -18,6 +18,8 @@ import yaml
 from exporter._internal import names, promql
 from exporter._internal.config import loader as config_loader, settings as config
 from exporter._internal.demo.incidents import INCIDENTS
+from exporter._internal.diagnose import watch
+from exporter._internal.diagnose.causes import CAUSES
 from exporter._internal.generate import alerts
 from exporter._internal.generate.files import (ALERTING_FILE, CAUSE_FILE, NATIVE_DIR,
                                                RECORDING_FILE, RULE_FILES, generate,
@@ -40,6 +42,7 @@ def served_metric_names() -> set[str]:
            names.USAGE_INPUT_TOKENS, names.USAGE_CACHED_INPUT_TOKENS, names.UPSTREAM_REQUESTS}
     out |= {counter.name for counter in names.COUNTERS}
     out |= set(names.AGGREGATOR_SELF_METRICS)  # served by `ttft-exporter serve`
+    out |= {name for name, *_ in watch.FAMILIES}  # served by `ttft-exporter watch`
     for family in names.HISTOGRAMS:  # classic series, and the native histogram itself
         out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count", "")}
         if family.windowed:  # a summary of window quantiles
@@ -187,22 +190,18 @@ def test_alert_rules_read_recorded_names_that_exist() -> None:
     assert used and used <= recorded
 
 
-def test_the_cause_rules_are_a_file_of_their_own_that_needs_no_other() -> None:
-    """The likely-cause groups are in CAUSE_FILE only, and read only the exporter's series and
-    their own recordings: alerts/tests/causes.yaml loads that file alone, and the other unit
-    tests (a week long, some) leave it out, since promtool evaluates every loaded group at
-    every step."""
+def test_the_cause_rules_are_a_file_of_their_own_that_read_only_the_watch() -> None:
+    """The likely-cause alert is in CAUSE_FILE only and reads only what `ttft-exporter watch`
+    serves: Prometheus records nothing for the decision (one decision, in Python).
+    alerts/tests/causes.yaml loads that file alone."""
     for cfg in (config.Config(), config_loader.load(NATIVE)):
         causes = alerts.cause_rules(cfg)
-        assert [g["name"] for g in causes] == ["ttft-exporter-records-cause",
-                                              "ttft-exporter-alerts-cause"]
+        assert [g["name"] for g in causes] == ["ttft-exporter-alerts-cause"]
+        rules = [r for g in causes for r in g["rules"]]
+        assert {r.get("alert") for r in rules} == {"LLMTTFTLikelyCause"}
+        assert {m for r in rules for m in metric_names(r["expr"])} == {names.LIKELY_CAUSE}
+        assert sorted(r["labels"]["cause"] for r in rules) == sorted(CAUSES)
         others = [*alerts.recording_rules(cfg), *alerts.alerting_rules(cfg)]
-        assert not {g["name"] for g in others} & {g["name"] for g in causes}
-        own = {r["record"] for g in causes for r in g["rules"] if "record" in r}
-        for group in causes:
-            for rule in group["rules"]:
-                assert {m for m in metric_names(rule["expr"]) if ":" in m} <= own, rule
-        assert "LLMTTFTLikelyCause" in alerts.alert_names(cfg)
         assert not any(r.get("alert") == "LLMTTFTLikelyCause"
                        for g in others for r in g["rules"])
     for path in (ROOT / "alerts" / "tests").glob("*.yaml"):

@@ -1,5 +1,6 @@
-"""`ttft-exporter diagnose` and the `LLMTTFTLikelyCause` rules on scripted calls, read by two
-real Prometheus servers (classic and native histograms, each with its mode's generated rules).
+"""`ttft-exporter diagnose`, `ttft-exporter watch` and the `LLMTTFTLikelyCause` alert on scripted
+calls, read by two real Prometheus servers (classic and native histograms, each with its mode's
+generated rules, each scraping a watch of its own).
 
 One model per failure mode, plus a calm one, one slowed by a client-side wait (the queue
 phase: a starved client) that fits no known cause, and one whose mean rises within its own
@@ -29,8 +30,9 @@ from exporter import cli
 from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
 from exporter._internal.diagnose.causes import standard_error
+from exporter._internal import names
 from exporter._internal.diagnose.run import Prometheus, _windows
-from exporter._internal.generate.cause_rules import LIKELY_CAUSE
+from exporter._internal.diagnose.watch import Watch, WatchService, Windows
 from exporter._internal.generate.files import RULE_FILES, generate
 from exporter._internal.promql import CLASSIC
 from exporter._internal.record.timeline import CallTimeline
@@ -39,10 +41,13 @@ from tests.support.prometheus import PrometheusServer, require_prometheus, scrap
 MS = 1_000_000  # ns
 WINDOW = 4.0
 SCALE = WINDOW / 300
-#: The rules compare the last 4 s with 4 s ending 10 s earlier: at the end of the script
-#: (8 s of degradation), that baseline is calm, and ends 2 s before the change.
+#: The watch compares the last 4 s with 4 s ending 20 s earlier. After 20 s of calm, that
+#: baseline is calm from 4 s after the change to 20 s after it: the finding lasts that long,
+#: past the watch's own latency (its decision, ~1-2.5 s of queries on a busy machine, then a
+#: scrape) and the alert's `for` (1.6 s).
+CALM = 20.0
 CONFIG = {"alerting": {"window_scale": SCALE, "tenant_window_seconds": 300,
-                       "tenant_baseline_offset_seconds": 750, "min_calls": 5}}
+                       "tenant_baseline_offset_seconds": 1500, "min_calls": 5}}
 #: model -> the cause diagnose must name (None: not degraded).
 EXPECTED = {"m-calm": None, "m-surge": "prefill_surge", "m-cold": "cold_cache",
             "m-noisy": "noisy_neighbour", "m-route": "route_change", "m-client": "unknown",
@@ -87,6 +92,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     require_prometheus()
     out = tmp_path_factory.mktemp("diagnose")
     proms: dict[str, PrometheusServer] = {}
+    watches: dict[str, WatchService] = {}
     cfg = config_loader.load(CONFIG)
     runtime.configure(cfg)
     server = runtime.start_http_server(port=0)
@@ -110,12 +116,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             generate(mode_cfg, out / mode)
             rules = [out / mode / "alerts" / f for f in RULE_FILES]
             flags = ["--enable-feature=native-histograms"] if mode == "native" else []
-            proms[mode] = PrometheusServer(scrape_config(target), rule_files=rules,
-                                           extra_flags=flags)
+            watches[mode] = WatchService(Watch(None, Windows.of(mode_cfg.alerting)),
+                                         "127.0.0.1", 0).start(1.0)
+            proms[mode] = PrometheusServer(scrape_config(target, watch=watches[mode].target),
+                                           rule_files=rules, extra_flags=flags)
+            watches[mode].decide(Prometheus(proms[mode].url))
         for prom in proms.values():
             prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
         feeder.start()
-        time.sleep(2 * WINDOW)  # paces the script: the calm baseline, then the degradation
+        time.sleep(CALM)  # paces the script: the calm baseline, then the degradation
         changed = time.time()
         degraded.set()
         time.sleep(WINDOW + 4)  # a full window of it, and the alerts' `for` (1.6 s)
@@ -131,6 +140,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield {"proms": proms, "at": at, "changed": changed, "alerts": alerts}
     finally:
         stop.set()
+        for watch in watches.values():
+            watch.stop()
         for prom in proms.values():
             prom.stop()
         server.stop()
@@ -172,7 +183,7 @@ def test_diagnose_names_each_scripted_cause(run: dict[str, Any], mode: str) -> N
 
 def test_a_rise_within_its_own_noise_is_not_degraded(run: dict[str, Any]) -> None:
     """m-mixed's mean rose past the factor and the floor (1.25x, 0.1 s), by fewer than three
-    standard errors: no finding (the test above), no recording, no alert (the rules test)."""
+    standard errors: no finding (the test above), nothing served by the watch, no alert."""
     prom = Prometheus(run["proms"]["classic"].url)
     with ThreadPoolExecutor(max_workers=8) as pool:
         now = _windows(prom, run["at"], WINDOW, ['model="m-mixed"'], CLASSIC, pool)
@@ -198,10 +209,11 @@ def test_the_table_names_the_cause_and_the_tenants(run: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("mode", ["classic", "native"])
-def test_the_rules_record_and_alert_the_same_causes(run: dict[str, Any], mode: str) -> None:
+def test_the_watch_serves_and_the_alert_fires_the_causes_diagnose_names(run: dict[str, Any],
+                                                                       mode: str) -> None:
     prom = run["proms"][mode]
     recorded = {(r["metric"]["model"], r["metric"]["cause"], r["metric"].get("tenant"))
-                for r in prom.query(LIKELY_CAUSE, at=run["at"])}
+                for r in prom.query(names.LIKELY_CAUSE, at=run["at"])}
     assert recorded == {(m, c, "t0" if c == "cold_cache" else None)
                         for m, c in EXPECTED.items() if c}, recorded
     alerts = run["alerts"][mode]

@@ -9,7 +9,12 @@ import importlib
 import json
 import re
 import shutil
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +22,13 @@ import pytest
 import yaml
 
 from exporter._internal.config.loader import load
-from exporter._internal.generate.files import RULE_FILES, generate
+from exporter._internal.diagnose.run import DiagnoseError, parse_duration
+from exporter._internal.diagnose.watch import Windows
+from exporter._internal import names
+from exporter._internal.generate.files import CAUSE_FILE, RULE_FILES, generate
+from exporter.cli import build_parser
 from tests.support import require_module
+from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "ttft-exporter"
@@ -30,6 +40,10 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 #: What `--api-versions` (or a cluster with the Prometheus Operator) gives Helm.
 OPERATOR_APIS = ["monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor",
                  "monitoring.coreos.com/v1/PrometheusRule"]
+#: The Prometheus the watch queries in the tests' values (the ci/ scenarios name their own).
+PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+#: The config file both Deployments mount and pass with --config.
+CONFIG_PATH = "/etc/ttft-exporter/ttft-exporter.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +88,20 @@ def values_of(path: Path) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
+def with_prometheus(values: dict) -> dict:
+    """The values with the watch's Prometheus URL: the watch is on by default and the chart
+    refuses it without one (where Prometheus is cannot be guessed)."""
+    return _merged({"watch": {"prometheusUrl": PROMETHEUS_URL}}, values)
+
+
 def by_kind(docs: list[dict], kind: str) -> list[dict]:
     return [d for d in docs if d["kind"] == kind]
+
+
+def of_template(docs: list[dict], kind: str, template: str) -> dict:
+    """The one document of this kind that templates/<template> renders."""
+    doc, = [d for d in by_kind(docs, kind) if d["_template"].endswith(f"/templates/{template}")]
+    return doc
 
 
 def test_chart_copies_equal_the_committed_alerts_and_dashboards():
@@ -94,7 +120,7 @@ def test_there_are_ci_scenarios():
 
 
 def test_lint_is_clean(helm):
-    for values in [{}] + [values_of(p) for p in CI_VALUES]:
+    for values in [with_prometheus({})] + [values_of(p) for p in CI_VALUES]:
         report = helm.lint(str(CHART), values, strict=True, kube_version=f"v{KUBE_VERSION}")
         assert report["errors"] == [] and report["messages"] == [], report
 
@@ -129,7 +155,8 @@ def check_crd(doc: dict) -> None:
         spec = doc["spec"]
         assert spec["selector"]["matchLabels"]
         for endpoint in spec["endpoints"]:
-            assert endpoint["port"] == "http" and endpoint["path"] == "/metrics"
+            # the aggregator's port, and the watch's
+            assert endpoint["port"] in ("http", "http-watch") and endpoint["path"] == "/metrics"
             assert endpoint["scheme"] in ("http", "https")
     else:
         for group in doc["spec"]["groups"]:
@@ -144,7 +171,7 @@ MODES = {"classic": "", "native": "native/"}
 
 @pytest.mark.parametrize("mode", MODES)
 def test_prometheus_rules_carry_exactly_the_committed_alerts_with_the_release_job(chart, mode):
-    values = {"histograms": mode}
+    values = with_prometheus({"histograms": mode})
     docs = render(chart, values)
     rules = {d["metadata"]["annotations"]["ttft-exporter/source"]: d
              for d in by_kind(docs, "PrometheusRule")}
@@ -154,7 +181,10 @@ def test_prometheus_rules_carry_exactly_the_committed_alerts_with_the_release_jo
         "ttft-exporter/templates/prometheusrule.yaml"]
     for path in sources:
         text = path.read_text().replace('job=~"ttft-exporter"', 'job=~"llm-ttft-exporter"')
-        assert 'job=~"ttft-exporter"' in path.read_text()
+        if path.name == CAUSE_FILE:  # the cause alert selects only the watch's series
+            assert f"expr: {names.LIKELY_CAUSE}{{" in text
+        else:
+            assert 'job=~"ttft-exporter"' in path.read_text()
         assert rules[f"alerts/{MODES[mode]}{path.name}"]["spec"] == yaml.safe_load(text)
         # verbatim, indented under spec: Helm did not touch {{ $labels... }} or anything else
         assert "\n".join("  " + line if line else line
@@ -193,7 +223,8 @@ def test_every_rule_selects_the_job_the_service_monitor_gives(chart, values_file
 
 
 def test_operator_resources_need_their_crds(chart):
-    values = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    values = with_prometheus({"serviceMonitor": {"enabled": True},
+                              "prometheusRule": {"enabled": True}})
     without = render(chart, values, api_versions=None)
     assert not by_kind(without, "ServiceMonitor") and not by_kind(without, "PrometheusRule")
     assert {"Deployment", "Service"} <= {d["kind"] for d in without}
@@ -208,16 +239,17 @@ def test_operator_resources_need_their_crds(chart):
 
 
 def test_notes_give_commands_that_work(chart):
-    notes = render_raw(chart, {"serviceMonitor": {"enabled": True}},
+    notes = render_raw(chart, with_prometheus({"serviceMonitor": {"enabled": True}}),
                        api_versions=OPERATOR_APIS)["ttft-exporter/templates/NOTES.txt"]
     assert "kubectl -n obs port-forward svc/llm-ttft-exporter 9469:9469" in notes
     assert "curl -s http://127.0.0.1:9469/healthz" in notes
     assert "image ttft-exporter:0.1.0" in notes and 'job "llm-ttft-exporter"' in notes
     assert "pip install ttft-exporter" not in notes
     assert "set serviceMonitor.labels.release" in notes and "pushToken.existingSecret" in notes
-    quiet = render_raw(chart, {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
-                               "pushToken": {"existingSecret": "push-token"}},
-                       api_versions=OPERATOR_APIS)["ttft-exporter/templates/NOTES.txt"]
+    quiet = render_raw(chart, with_prometheus({
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+        "pushToken": {"existingSecret": "push-token"}}),
+        api_versions=OPERATOR_APIS)["ttft-exporter/templates/NOTES.txt"]
     assert "release label" not in quiet and "GitOps" not in quiet
 
 
@@ -225,11 +257,12 @@ def test_the_generated_push_token_changes_without_a_cluster_and_existing_secret_
     """What the README's GitOps advice rests on: rendered without a cluster (as Argo CD and
     Flux do), the chart's own token differs on every render; an existing Secret is referenced."""
     def tokens(values: dict) -> list[str]:
-        return [d["data"]["token"] for d in by_kind(render(chart, values), "Secret")]
+        return [d["data"]["token"] for d in by_kind(render(chart, with_prometheus(values)),
+                                                    "Secret")]
     assert tokens({}) != tokens({})
-    docs = render(chart, {"pushToken": {"existingSecret": "push-token"}})
+    docs = render(chart, with_prometheus({"pushToken": {"existingSecret": "push-token"}}))
     assert by_kind(docs, "Secret") == [] and "push-token" in json.dumps(
-        by_kind(docs, "Deployment")[0])
+        of_template(docs, "Deployment", "deployment.yaml"))
 
 
 @pytest.mark.parametrize("config, refused", [
@@ -243,13 +276,13 @@ def test_the_generated_push_token_changes_without_a_cluster_and_existing_secret_
 def test_values_that_would_drift_from_the_generated_files_are_refused(helm, chart, config,
                                                                       refused):
     with pytest.raises(helm.HelmRenderError, match=re.escape(refused)):
-        chart.render({"config": config}, name="llm", namespace="obs")
+        chart.render(with_prometheus({"config": config}), name="llm", namespace="obs")
     # Without rules and dashboards nothing can drift.
-    chart.render({"config": config, "prometheusRule": {"enabled": False},
-                  "dashboards": {"enabled": False}}, name="llm", namespace="obs")
+    chart.render(with_prometheus({"config": config, "prometheusRule": {"enabled": False},
+                                  "dashboards": {"enabled": False}}), name="llm", namespace="obs")
     # What the generated files do not depend on is free.
-    chart.render({"config": {"labels": {"tenant_policy": "hash", "hash_salt": "x"},
-                             "alerting": {"exporter_job": "set-by-the-chart"}}},
+    chart.render(with_prometheus({"config": {"labels": {"tenant_policy": "hash", "hash_salt": "x"},
+                                             "alerting": {"exporter_job": "set-by-the-chart"}}}),
                  name="llm", namespace="obs")
 
 
@@ -261,17 +294,17 @@ def test_a_chart_generated_for_another_config_accepts_that_config(helm, tmp_path
     shutil.copytree(CHART, tmp_path / "helm" / "ttft-exporter")
     generate(load(source), tmp_path, source)
     other = helm.Chart.load(str(tmp_path / "helm" / "ttft-exporter"))
-    docs = render(other, {"config": source})
+    docs = render(other, with_prometheus({"config": source}))
     exprs = "\n".join(r["expr"] for d in by_kind(docs, "PrometheusRule")
                       for g in d["spec"]["groups"] for r in g["rules"])
     assert 'le="1.5"' in exprs and "/ 0.005" in exprs
     with pytest.raises(helm.HelmRenderError, match="config.slos"):
-        other.render({}, name="llm", namespace="obs")
+        other.render(with_prometheus({}), name="llm", namespace="obs")
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_dashboard_configmaps_carry_exactly_the_committed_dashboards(chart, mode):
-    docs = render(chart, {"histograms": mode})
+    docs = render(chart, with_prometheus({"histograms": mode}))
     maps = [d for d in by_kind(docs, "ConfigMap")
             if d["metadata"]["labels"].get("grafana_dashboard") == "1"]
     sources = sorted((ROOT / "dashboards" / MODES[mode]).glob("*.json"))
@@ -289,7 +322,7 @@ def test_dashboard_configmaps_carry_exactly_the_committed_dashboards(chart, mode
 def test_pod_is_non_root_read_only_with_probes_and_resources(chart):
     for values_file in CI_VALUES:
         docs = render(chart, values_of(values_file))
-        deployment, = by_kind(docs, "Deployment")
+        deployment = of_template(docs, "Deployment", "deployment.yaml")
         spec = deployment["spec"]
         assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
         pod = spec["template"]["spec"]
@@ -317,7 +350,7 @@ def test_full_scenario_wires_token_tls_auth_and_persistence(chart):
     assert agg["gauge_ttl_seconds"] == 30  # the user's aggregator settings are kept
     assert config["labels"]["tenant_policy"] == "hash"
     assert config["alerting"]["exporter_job"] == "llm-aggregator"
-    deployment, = by_kind(docs, "Deployment")
+    deployment = of_template(docs, "Deployment", "deployment.yaml")
     pod = deployment["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["push-token"]["secret"]["secretName"] == "llm-push-token"
@@ -328,7 +361,10 @@ def test_full_scenario_wires_token_tls_auth_and_persistence(chart):
     # no Secret for the push token: the existing one is used
     assert not [s for s in by_kind(docs, "Secret") if "push" in s["metadata"]["name"]]
     monitor, = by_kind(docs, "ServiceMonitor")
-    endpoint, = monitor["spec"]["endpoints"]
+    endpoints = {e["port"]: e for e in monitor["spec"]["endpoints"]}
+    endpoint = endpoints.pop("http")  # the aggregator's; the watch's is plain HTTP, no auth
+    assert list(endpoints) == ["http-watch"] and endpoints["http-watch"]["scheme"] == "http"
+    assert not {"tlsConfig", "authorization", "basicAuth"} & set(endpoints["http-watch"])
     assert endpoint["scheme"] == "https" and endpoint["authorization"]["type"] == "Bearer"
     assert endpoint["basicAuth"]["password"]["name"] == "ttft-scrape-password"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -339,13 +375,13 @@ def test_full_scenario_wires_token_tls_auth_and_persistence(chart):
 
 
 def test_default_push_token_secret_is_made_and_mounted(chart):
-    docs = render(chart, {})
+    docs = render(chart, with_prometheus({}))
     secret, = [s for s in by_kind(docs, "Secret") if s["metadata"]["name"].endswith(
         "push-token")]
     import base64
 
     assert len(base64.b64decode(secret["data"]["token"])) >= 32
-    given = render(chart, {"pushToken": {"value": "abc"}})
+    given = render(chart, with_prometheus({"pushToken": {"value": "abc"}}))
     secret, = by_kind(given, "Secret")
     assert base64.b64decode(secret["data"]["token"]) == b"abc"
 
@@ -364,11 +400,11 @@ def test_bad_values_are_refused_before_anything_renders(helm, chart):
                 {"pushToken": {"enabled": "yes"}}, {"serviceMonitor": {"interval": "soon"}},
                 {"histograms": "sparse"}):
         with pytest.raises(helm.HelmValuesError):
-            chart.render(bad, name="llm", namespace="obs")
+            chart.render(with_prometheus(bad), name="llm", namespace="obs")
     for bad in ({"tls": {"enabled": True}},
                 {"metricsAuth": {"basicAuth": {"username": "prom"}}}):
         with pytest.raises(helm.HelmRenderError):
-            chart.render(bad, name="llm", namespace="obs")
+            chart.render(with_prometheus(bad), name="llm", namespace="obs")
 
 
 def test_the_schema_knows_every_config_section_the_exporter_does(chart):
@@ -378,9 +414,12 @@ def test_the_schema_knows_every_config_section_the_exporter_does(chart):
     from exporter._internal.config.settings import Config
 
     schema = json.loads((CHART / "values.schema.json").read_text())
+    # `watch` (the chart's watch Deployment) is a chart value beside `config`, not a section of
+    # the exporter's config: only `config`'s sections are the exporter's.
+    assert "watch" in schema["properties"]
     assert set(schema["properties"]["config"]["properties"]) == {f.name for f in fields(Config)}
-    docs = render(chart, {"config": {"dashboards": {"histograms": "native"},
-                                     "otel": {"traces": False}}})
+    docs = render(chart, with_prometheus({"config": {"dashboards": {"histograms": "native"},
+                                                     "otel": {"traces": False}}}))
     config = yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["ttft-exporter.yaml"])
     assert config["dashboards"] == {"histograms": "native"}
     assert load(config).dashboards.histograms == "native"
@@ -466,8 +505,9 @@ def test_the_chart_accepts_exactly_the_values_check_config_accepts(helm, chart):
         except ConfigError:
             loader_accepts = False
         try:
-            chart.render({"config": config, "prometheusRule": {"enabled": False},
-                          "dashboards": {"enabled": False}}, name="llm", namespace="obs")
+            chart.render(with_prometheus({"config": config, "prometheusRule": {"enabled": False},
+                                          "dashboards": {"enabled": False}}),
+                         name="llm", namespace="obs")
             chart_accepts = True
         except helm.HelmValuesError:
             chart_accepts = False
@@ -477,3 +517,268 @@ def test_the_chart_accepts_exactly_the_values_check_config_accepts(helm, chart):
         if loader_accepts != chart_accepts:
             disagree.append((config, loader_accepts, chart_accepts))
     assert checked > 300 and not disagree
+
+
+# --- the watch (`ttft-exporter watch`): the likely cause, served to the alert ---
+
+#: The scenarios with the watch on (minimal-values.yaml turns it off).
+WATCHED = [CHART / "ci" / "default-values.yaml", CHART / "ci" / "full-values.yaml"]
+
+
+def watch_values(values: dict) -> dict:
+    """The watch's values as the chart sees them: values.yaml's under the given ones."""
+    return {**values_of(CHART / "values.yaml")["watch"], **values.get("watch", {})}
+
+
+@pytest.mark.parametrize("values_file", WATCHED, ids=lambda p: p.name)
+def test_the_watch_runs_with_the_aggregators_image_config_and_hardening(chart, values_file):
+    values = values_of(values_file)
+    watch = watch_values(values)
+    docs = render(chart, values)
+    aggregator = of_template(docs, "Deployment", "deployment.yaml")
+    deployment = of_template(docs, "Deployment", "watch-deployment.yaml")
+    assert deployment["metadata"]["name"] == "llm-ttft-exporter-watch"
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    pod, agg_pod = spec["template"]["spec"], aggregator["spec"]["template"]["spec"]
+    (container,), (agg_container,) = pod["containers"], agg_pod["containers"]
+    assert container["command"] == agg_container["command"] == ["ttft-exporter"]
+    assert container["args"] == ["watch", "--prometheus", watch["prometheusUrl"],
+                                 "--config", CONFIG_PATH, "--addr", "0.0.0.0",
+                                 "--port", str(watch["port"]), "--interval", watch["interval"]]
+    assert container["image"] == agg_container["image"]
+    # the command line the real CLI parses, and the config it loads, queries the exporter's job
+    args = build_parser().parse_args(container["args"])
+    assert args.func.__name__ == "_watch" and args.port == watch["port"]
+    assert (args.prometheus, args.config, args.addr) == (watch["prometheusUrl"], CONFIG_PATH,
+                                                         "0.0.0.0")
+    assert parse_duration(args.interval) >= 1
+    config_map = of_template(docs, "ConfigMap", "configmap.yaml")
+    config = load(yaml.safe_load(config_map["data"][Path(CONFIG_PATH).name]))
+    assert f'job=~"{config.alerting.exporter_job}"' in Windows.of(config.alerting).matchers
+    assert config.alerting.exporter_job == scrape_job(render(chart, {
+        **values, "serviceMonitor": {**values.get("serviceMonitor", {}), "enabled": True}}))
+    # the aggregator's config: its ConfigMap, mounted read-only where --config reads it
+    assert agg_container["args"] == ["serve", "--config", CONFIG_PATH]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert set(mounts) == {str(Path(CONFIG_PATH).parent), "/tmp"}  # nothing else to write
+    config_mount = mounts[str(Path(CONFIG_PATH).parent)]
+    volume, = [v for v in pod["volumes"] if v["name"] == config_mount["name"]]
+    assert config_mount["readOnly"] is True
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    template = spec["template"]["metadata"]
+    assert template["annotations"]["checksum/config"] == aggregator["spec"]["template"][
+        "metadata"]["annotations"]["checksum/config"]  # a config change restarts it too
+    # the aggregator's hardening
+    assert pod["securityContext"] == agg_pod["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == agg_pod["serviceAccountName"]
+    security = container["securityContext"]
+    assert security == agg_container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    # probes on /healthz of the port it serves, plain HTTP whatever the aggregator's scheme
+    port, = container["ports"]
+    assert port["containerPort"] == watch["port"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port["name"],
+                                               "scheme": "HTTP"}
+        assert {k: v for k, v in container[probe].items() if k != "httpGet"} == values_of(
+            CHART / "values.yaml")[probe]
+    assert container["resources"] == watch["resources"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert watch["podAnnotations"].items() <= template["annotations"].items()
+    # its pods are its own: its Service takes them, the aggregator's Deployment and Service not
+    service = of_template(docs, "Service", "watch-service.yaml")
+    agg_service = of_template(docs, "Service", "service.yaml")
+    assert spec["selector"]["matchLabels"].items() <= template["labels"].items()
+    assert service["spec"]["selector"].items() <= template["labels"].items()
+    assert not aggregator["spec"]["selector"]["matchLabels"].items() <= template[
+        "labels"].items()
+    assert not agg_service["spec"]["selector"].items() <= template["labels"].items()
+    assert not service["spec"]["selector"].items() <= aggregator["spec"]["template"][
+        "metadata"]["labels"].items()
+    service_port, = service["spec"]["ports"]
+    assert service_port["port"] == watch["port"] and service_port["targetPort"] == port["name"]
+
+
+def test_full_scenario_sets_every_watch_value():
+    full = values_of(CHART / "ci" / "full-values.yaml")["watch"]
+    defaults = values_of(CHART / "values.yaml")["watch"]
+    assert set(full) == set(defaults) and full["enabled"] is True
+    assert all(full[key] != defaults[key] for key in defaults if key != "enabled")
+
+
+def test_no_watch_when_disabled(chart):
+    values = values_of(CHART / "ci" / "minimal-values.yaml")
+    assert values["watch"] == {"enabled": False}  # and so no Prometheus URL is needed
+    values = {**values, "serviceMonitor": {"enabled": True}}
+    docs = render(chart, values)
+    assert not [d for d in docs if "watch" in d["_template"] or "watch" in d["metadata"]["name"]]
+    monitor, = by_kind(docs, "ServiceMonitor")
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["http"]
+    notes = render_raw(chart, values, api_versions=OPERATOR_APIS)[
+        "ttft-exporter/templates/NOTES.txt"]
+    assert "watch" not in notes
+
+
+@pytest.mark.parametrize("watch, refused", [
+    ({}, "/watch/prometheusUrl"),  # values.yaml has none
+    ({"prometheusUrl": ""}, "/watch/prometheusUrl"),
+    ({"prometheusUrl": None}, "prometheusUrl"),  # null removes the key: missing
+    ({"prometheusUrl": "prometheus-operated:9090"}, "/watch/prometheusUrl"),
+    ({"prometheusUrl": "ftp://prometheus-operated:9090"}, "/watch/prometheusUrl"),
+    ({"prometheusUrl": "http://"}, "/watch/prometheusUrl"),
+    ({"prometheusUrl": "http://prometheus-operated:9090/?x=1"}, "/watch/prometheusUrl"),
+    ({"prometheusUrl": PROMETHEUS_URL + " "}, "/watch/prometheusUrl"),
+    ({"enabled": False, "prometheusUrl": "prometheus-operated:9090"}, "/watch/prometheusUrl"),
+    ({"prometheusUrl": PROMETHEUS_URL, "interval": "soon"}, "/watch/interval"),
+    ({"prometheusUrl": PROMETHEUS_URL, "port": 0}, "/watch/port"),
+    ({"prometheusUrl": PROMETHEUS_URL, "port": "9471"}, "/watch/port"),
+    ({"prometheusUrl": PROMETHEUS_URL, "replicas": 2}, "/watch"),
+    ({"prometheusUrl": PROMETHEUS_URL, "enabled": "yes"}, "/watch/enabled"),
+])
+def test_the_schema_refuses_a_watch_that_cannot_run(helm, chart, watch, refused):
+    with pytest.raises(helm.HelmValuesError, match=re.escape(refused)):
+        chart.render({"watch": watch}, name="llm", namespace="obs")
+
+
+def test_the_schema_takes_a_disabled_watch_without_url_and_any_http_base_url(helm, chart):
+    chart.render({"watch": {"enabled": False}}, name="llm", namespace="obs")
+    for url in ("http://prometheus-operated:9090", "https://prometheus.example.com/prometheus",
+                "http://10.0.0.7:9090/"):
+        docs = render(chart, {"watch": {"prometheusUrl": url}})
+        container, = of_template(docs, "Deployment", "watch-deployment.yaml")["spec"][
+            "template"]["spec"]["containers"]
+        assert container["args"][2] == url
+    # `helm lint` (and `helm install`) of the bare chart name the value to set
+    report = helm.lint(str(CHART), {}, strict=True, kube_version=f"v{KUBE_VERSION}")
+    assert report["errors"] and all("/watch/prometheusUrl" in e for e in report["errors"])
+
+
+def test_every_interval_the_schema_takes_is_a_duration_the_watch_parses(helm, chart):
+    """The schema's durations are a subset of what `ttft-exporter watch --interval` parses:
+    the chart never starts a watch that refuses its interval."""
+    taken = []
+    for interval in ("30s", "1m", "90s", "1h30m", "2d", "1w", "0s", "500ms", "1.5m", "30",
+                     "m", "30s ", "", "-1m", "1m0s"):
+        try:
+            chart.render(with_prometheus({"watch": {"interval": interval}}), name="llm",
+                         namespace="obs")
+        except helm.HelmValuesError:
+            continue
+        taken.append(interval)
+        assert parse_duration(interval) >= 1
+    assert taken == ["30s", "1m", "90s", "1h30m", "2d", "1w"]
+    with pytest.raises(DiagnoseError):
+        parse_duration("0s")
+
+
+@pytest.mark.parametrize("values_file", WATCHED, ids=lambda p: p.name)
+def test_the_service_monitor_scrapes_the_watch_in_the_exporters_job(chart, values_file):
+    """By the Prometheus Operator's rules: a ServiceMonitor takes the Services whose labels
+    match its selector, each endpoint the ports of that name, the job from the jobLabel."""
+    values = values_of(values_file)
+    values = {**values, "serviceMonitor": {**values.get("serviceMonitor", {}), "enabled": True}}
+    docs = render(chart, values)
+    monitor, = by_kind(docs, "ServiceMonitor")
+    spec = monitor["spec"]
+    selected = [s for s in by_kind(docs, "Service")
+                if spec["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+                and s["metadata"]["namespace"] in spec["namespaceSelector"]["matchNames"]]
+    watch_service = of_template(docs, "Service", "watch-service.yaml")
+    agg_service = of_template(docs, "Service", "service.yaml")
+    assert selected == [agg_service, watch_service]
+
+    def scraped(service: dict) -> list[dict]:
+        ports = {p["name"] for p in service["spec"]["ports"]}
+        return [e for e in spec["endpoints"] if e["port"] in ports]
+
+    endpoint, = scraped(watch_service)  # once, plain HTTP, no credentials
+    assert endpoint["path"] == "/metrics" and endpoint["scheme"] == "http"
+    assert not {"tlsConfig", "authorization", "basicAuth"} & set(endpoint)
+    assert len(scraped(agg_service)) == 1 and scraped(agg_service) != [endpoint]
+    # the watch's series get the aggregator's job: the cause alert finds them with or without
+    # the job matcher the other rules have, and the exporter-down alerts cover the watch
+    job = watch_service["metadata"]["labels"][spec["jobLabel"]]
+    assert job == scrape_job(docs)
+    rules = [r for d in by_kind(docs, "PrometheusRule") for g in d["spec"]["groups"]
+             for r in g["rules"]]
+    cause = [r for r in rules if r.get("alert") == "LLMTTFTLikelyCause"]
+    assert cause and all(names.LIKELY_CAUSE in r["expr"] for r in cause)
+    for rule in cause:
+        assert all(re.fullmatch(m, job) for m in re.findall(r'job=~"([^"]*)"', rule["expr"]))
+    down, = [r for r in rules if r.get("alert") == "TTFTExporterDown"]
+    assert re.fullmatch(re.match(r'up\{job=~"([^"]*)"', down["expr"]).group(1), job)
+    config = yaml.safe_load(of_template(docs, "ConfigMap", "configmap.yaml")["data"][
+        Path(CONFIG_PATH).name])
+    assert config["alerting"]["exporter_job"] == job  # what the watch queries for
+
+
+def test_notes_show_the_watch_and_both_services_to_scrape(chart):
+    values = values_of(CHART / "ci" / "default-values.yaml")
+    notes = render_raw(chart, values)["ttft-exporter/templates/NOTES.txt"]
+    assert f"queries {values['watch']['prometheusUrl']} every 30s" in notes
+    assert "kubectl -n obs port-forward svc/llm-ttft-exporter-watch 9471:9471" in notes
+    assert "curl -s http://127.0.0.1:9471/metrics" in notes
+    assert ('add a scrape job named "llm-ttft-exporter" for Services llm-ttft-exporter and '
+            'llm-ttft-exporter-watch') in notes
+
+
+def test_the_chart_readme_documents_every_watch_value():
+    readme = (CHART / "README.md").read_text(encoding="utf-8")
+    missing = [key for key in values_of(CHART / "values.yaml")["watch"]
+               if f"`watch.{key}`" not in readme]
+    assert not missing
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_charts_watch_command_line_runs_and_is_scraped_in_the_exporters_job(chart,
+                                                                                 tmp_path):
+    """The rendered container, run: its args as they are (the ConfigMap's file at a local
+    path), probed on /healthz, querying a real Prometheus that scrapes it in the job the
+    ServiceMonitor gives. (This Prometheus holds no exporter series, so the decision counts an
+    error; the decision itself is diagnose's tests'.)"""
+    require_prometheus()
+    port = _free_port()
+    values = values_of(CHART / "ci" / "default-values.yaml")
+    values = {**values, "serviceMonitor": {"enabled": True},
+              "watch": {**values["watch"], "port": port}}
+    job = scrape_job(render(chart, values))
+    with PrometheusServer(scrape_config(f"127.0.0.1:{port}", job=job)) as prom:
+        docs = render(chart, {**values, "watch": {**values["watch"], "prometheusUrl": prom.url}})
+        container, = of_template(docs, "Deployment", "watch-deployment.yaml")["spec"][
+            "template"]["spec"]["containers"]
+        config = tmp_path / Path(CONFIG_PATH).name
+        config.write_text(of_template(docs, "ConfigMap", "configmap.yaml")["data"][config.name])
+        args = [str(config) if arg == CONFIG_PATH else arg for arg in container["args"]]
+        assert args != container["args"] and args[2] == prom.url
+        proc = subprocess.Popen([sys.executable, "-m", "exporter.cli", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            probe = container["readinessProbe"]["httpGet"]["path"]
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{probe}") as answer:
+                        assert answer.read() == b"ok\n"
+                        break
+                except OSError:
+                    assert proc.poll() is None, proc.stderr.read()
+                    assert time.monotonic() < deadline, f"nothing answers on {probe}"
+                    time.sleep(0.1)
+            prom.wait_for(f'up{{job="{job}"}} == 1', timeout=30)
+            prom.wait_for(f'sum({names.WATCH_EVALUATIONS}{{job="{job}"}}) > 0', timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+            assert "Traceback" not in proc.stderr.read()
+        finally:
+            proc.kill()
+            proc.wait()

@@ -372,7 +372,7 @@ def test_diagnose_names_each_incidents_cause_on_its_target_only(
 
 def test_the_likely_cause_alert_names_each_incident_on_its_target_only(
         day: dict[str, Any]) -> None:
-    """LLMTTFTLikelyCause (the rules' decision: the last 15 s against the 15 s one phase
+    """LLMTTFTLikelyCause (the watch's decision: the last 20 s against the 20 s one phase
     earlier) fired with each incident's cause on its target while it was live (its phase and
     TAIL); and, at every second of the day, named no cause off the target of a live
     incident, and nothing at all in the calm (from when the rules compare the calm with

@@ -255,6 +255,12 @@ SELF_TENANT_FOLDS = "ttft_exporter_tenant_folds_total"
 SELF_LABEL_FOLDS = "ttft_exporter_label_folds_total"  # {label}
 SELF_DROPS = "ttft_exporter_dropped_total"  # {reason}
 SELF_SCRAPE_DURATION = "ttft_exporter_scrape_duration_seconds"
+#: `ttft-exporter watch` (diagnose/watch.py): 1 per degraded (model, route, cause[, tenant]),
+#: what the LLMTTFTLikelyCause alert selects; and the watch's own health.
+LIKELY_CAUSE = "llm_ttft_likely_cause"
+WATCH_EVALUATIONS = "ttft_exporter_watch_evaluations_total"  # {outcome}: ok, error
+WATCH_SECONDS = "ttft_exporter_watch_evaluation_seconds"
+WATCH_LAST_SUCCESS = "ttft_exporter_watch_last_success_timestamp_seconds"
 SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow, shed
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).

@@ -21,12 +21,14 @@ from exporter._internal.config.settings import Config
 from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import MODELS, LoadShape
+from exporter._internal.diagnose.run import Prometheus
+from exporter._internal.diagnose.watch import Watch, WatchService, Windows
 from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, scrape_config
 
 CALM, PHASE, AFTER = 50.0, 25.0, 5.0
 SCALE = 1 / 120
-#: The rules' window: the tenant alerts' and the cause rules' (20 s: ~22 calls per (model,
+#: The rules' window: the tenant alerts' and the watch's decision's (20 s: ~22 calls per (model,
 #: route); the decision's standard-error gate assumes a window's mean is near normal, and over
 #: ~12-16 calls a heavy-tailed route's is not: 16 s windows named a cause in 1-3 of ~50 calm
 #: window pairs, 26 s ones in none).
@@ -57,16 +59,21 @@ class PlayedDay:
 def compressed_demo(cfg: Config, rule_files: Iterable[Path] = (), agents: bool = False
                     ) -> Iterator[tuple[DemoLoad, PrometheusServer]]:
     """The demo's load and exporter under the compressed day's knobs, scraped every second by
-    a Prometheus with `rule_files` (`cfg` is the runtime's, configured by the caller); with
-    `agents`, the demo's agent tasks too."""
+    a Prometheus with `rule_files`, which scrapes a `ttft-exporter watch` deciding every second
+    too (`cfg` is the runtime's, configured by the caller); with `agents`, the demo's agent
+    tasks too."""
     # Answers a third as long: the SDKs' per-chunk parsing is what costs CPU on a shared box.
     # The calls spread evenly over the models: deepseek-r1's share of the demo's mix leaves
     # its routes a handful of calls per compressed window.
     shape = LoadShape(rate=10.0, models=tuple((model, 1.0) for model in MODELS))
     with DemoLoad(far_region=True, model=LatencyModel.default().shorter(0.3),
                   shape=shape, agents=agents) as demo:
-        scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job)
-        with PrometheusServer(scrape, rule_files=rule_files) as prom:
+        watch = WatchService(Watch(None, Windows.of(cfg.alerting)), "127.0.0.1", 0).start(1.0)
+        scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job, watch=watch.target)
+        with contextlib.ExitStack() as stack:
+            stack.callback(watch.stop)
+            prom = stack.enter_context(PrometheusServer(scrape, rule_files=rule_files))
+            watch.decide(Prometheus(prom.url))
             prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
             # The neighbour's freezes compressed too: 3.5 s out of every 3.75. The answers are
             # short, and a stream stalls only when a freeze starts while it runs: most streams

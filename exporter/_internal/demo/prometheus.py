@@ -39,15 +39,22 @@ class PrometheusError(RuntimeError):
     """Prometheus is missing, did not start, or its API answered with an error status."""
 
 
+#: The job of `ttft-exporter watch`'s scrape target (the likely cause the alert reads).
+WATCH_JOB = "ttft-exporter-watch"
+
+
 def scrape_config(*targets: str, job: str = "ttft-exporter", interval: float = 1.0,
-                  evaluation: float | None = None) -> str:
-    """A Prometheus config scraping `targets` (host:port) every `interval` seconds, rules
-    evaluated every `evaluation` seconds (the scrape interval when None)."""
-    listed = ", ".join(f'"{t}"' for t in targets)
-    return (f"global:\n  scrape_interval: {interval:g}s\n"
-            f"  evaluation_interval: {evaluation or interval:g}s\n"
-            f"scrape_configs:\n  - job_name: {job}\n"
-            f"    static_configs:\n      - targets: [{listed}]\n")
+                  evaluation: float | None = None, watch: str | None = None) -> str:
+    """A Prometheus config scraping `targets` (host:port) every `interval` seconds, and the
+    `watch` target (host:port of `ttft-exporter watch`) as job WATCH_JOB, rules evaluated every
+    `evaluation` seconds (the scrape interval when None)."""
+    jobs = [(job, targets), *([(WATCH_JOB, (watch,))] if watch else [])]
+    out = (f"global:\n  scrape_interval: {interval:g}s\n"
+           f"  evaluation_interval: {evaluation or interval:g}s\nscrape_configs:\n")
+    for name, listed in jobs:
+        quoted = ", ".join(f'"{t}"' for t in listed)
+        out += f"  - job_name: {name}\n    static_configs:\n      - targets: [{quoted}]\n"
+    return out
 
 
 def _die_with_parent() -> None:
@@ -72,9 +79,8 @@ class PrometheusProcess:
     config must not have one. The process log (stderr) is kept in `log` for failure messages.
 
     It runs at `niceness` 10: deployed, Prometheus has machines of its own, and here its rule
-    evaluations (the cause rules took 1.5-2.3 s of a core per evaluation on the tests' incident
-    day) must not take the CPU from the processes whose timings are measured (the demo's load,
-    provider and exporter).
+    evaluations and the watch's queries must not take the CPU from the processes whose timings
+    are measured (the demo's load, provider and exporter).
     """
 
     def __init__(self, config_yaml: str, *, rule_files: Iterable[Path] = (),

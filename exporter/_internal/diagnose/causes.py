@@ -13,12 +13,12 @@ own fingerprint in the metrics (docs/diagnose.md):
 A call's TTFT is queue + connect + send + server wait + prefill of the *uncached* input tokens +
 the first decode step: the decision reads each term where it can tell the causes apart.
 
-Both readers of the decision take it from here: `ttft-exporter diagnose` (diagnose.py) queries
-the signals over any two windows and calls `classify`; the generated rules (cause_rules.py)
-record the same signals over `alerting.tenant_window_seconds` against the same window
-`alerting.tenant_baseline_offset_seconds` earlier, and compare them with the same thresholds.
-Every signal is a mean (histogram `_sum` / `_count`) or a ratio of counters: exact in both
-histogram modes, and steadier than a p99 over a few calls.
+The decision exists once, here: `ttft-exporter diagnose` (run.py) queries the signals over any
+two windows and calls `classify`; `ttft-exporter watch` (watch.py) does the same every interval
+over `alerting.tenant_window_seconds` against the same window
+`alerting.tenant_baseline_offset_seconds` earlier, and serves the finding for the
+`LLMTTFTLikelyCause` alert. Every signal is a mean (histogram `_sum` / `_count`) or a ratio of
+counters: exact in both histogram modes, and steadier than a p99 over a few calls.
 """
 
 from __future__ import annotations
@@ -131,8 +131,6 @@ class Signal:
     tenant: bool = False
     phase: bool = False
     per_model: bool = False  # over all routes of the model (no route label)
-    #: recorded by the generated rules too (False: read by diagnose only)
-    in_rules: bool = True
 
     def expr(self, window: str, matchers: Sequence[str], keep: Sequence[str],
              offset: str = "", *, mode: HistogramMode) -> str:
@@ -195,13 +193,13 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("stall", "mean", names.STALL),
     Signal("phase", "mean", names.PHASE_FAMILY, phase=True),
     Signal("phase_spread", "spread", names.PHASE_FAMILY, phase=True),
-    Signal("tenant_calls", "calls", names.TTFT, tenant=True),  # (now only, in the rules)
+    Signal("tenant_calls", "calls", names.TTFT, tenant=True),
     Signal("tenant_ttft", "mean", names.TTFT, tenant=True),
     Signal("cached_share", "cached_share", tenant=True, per_model=True),
     Signal("cached_per_call", "cached_per_call", tenant=True, per_model=True),
-    Signal("tenant_model_calls", "calls", names.TTFT, tenant=True, per_model=True),  # (now)
-    Signal("uncached_per_call", "uncached_per_call", in_rules=False),
-    Signal("tenant_uncached_per_call", "uncached_per_call", tenant=True, in_rules=False),
+    Signal("tenant_model_calls", "calls", names.TTFT, tenant=True, per_model=True),
+    Signal("uncached_per_call", "uncached_per_call"),
+    Signal("tenant_uncached_per_call", "uncached_per_call", tenant=True),
 )
 SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
 

@@ -125,6 +125,8 @@ class Request:
     baseline_at: float | None = None
     model: str | None = None
     route: str | None = None
+    #: extra PromQL matchers every query selects (the watch: the rules' job and selector)
+    matchers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """The baseline must end before the diagnosed window starts: an overlap compares a
@@ -223,8 +225,8 @@ def _buckets(rows: list[dict[str, Any]], window: float
 def diagnose(prom: Prometheus, req: Request, thresholds: Thresholds = DEFAULT,
              alerting: AlertingConfig = AlertingConfig()) -> list[Finding]:
     """The findings, one per degraded (model, route), sorted by model and route."""
-    matchers = [eq(label, value) for label, value in ((names.MODEL, req.model),
-                                                      (names.ROUTE, req.route)) if value]
+    matchers = [*req.matchers, *(eq(label, value) for label, value in
+                                 ((names.MODEL, req.model), (names.ROUTE, req.route)) if value)]
     mode = stored_mode(prom, req.at, matchers)
     upstreams = selector(names.UPSTREAM_REQUESTS, matchers)
 

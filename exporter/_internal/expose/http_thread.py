@@ -154,18 +154,26 @@ class HttpThread:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def serve_until_signalled(server: HttpThread, announce: Callable[[HttpThread], str]) -> None:
-    """Start `server`, print `announce(server)` (the real URL: port 0 picks a free port, and
-    scripts and tests read it), serve in the foreground until SIGINT or SIGTERM, then stop."""
+def wait_for_signal(announce: str) -> None:
+    """Print `announce` (scripts and tests read the real URL from it), then wait in the
+    foreground until SIGINT or SIGTERM."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    server.start()
-    print(announce(server), flush=True)
+    print(announce, flush=True)
     try:
         while not stop.wait(1.0):
             pass
     finally:
-        server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def serve_until_signalled(server: HttpThread, announce: Callable[[HttpThread], str]) -> None:
+    """Start `server` (port 0 picks a free port), print `announce(server)`, serve until SIGINT
+    or SIGTERM, then stop."""
+    server.start()
+    try:
+        wait_for_signal(announce(server))
+    finally:
+        server.stop()

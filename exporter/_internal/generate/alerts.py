@@ -25,7 +25,7 @@ from ..promql import (CURRENT_BURN_RATE, ERRORS_SLI, MODEL_ROUTE, PAGE_BURN,
                       SLI_WINDOWS, BurnRate, Names, Scope, block, by, duration, eq,
                       histogram_mode, kept, num, outcome_ratio, percent, runbook_url,
                       scope_matchers, scopes, selector, sli_error_ratio, sli_record)
-from .cause_rules import cause_alerts, decision_records, signal_records
+from .cause_rules import cause_alerts
 from .loss_alerts import loss_alerts
 
 # --- alert-only policy ------------------------------------------------------------------------
@@ -191,17 +191,10 @@ def alerting_rules(config: Config) -> list[dict[str, Any]]:
 
 
 def cause_rules(config: Config) -> list[dict[str, Any]]:
-    """The likely-cause groups (cause_rules.py): the signals and the decision recorded, then
-    `LLMTTFTLikelyCause`. A rule file of their own (generate.CAUSE_FILE): they read only the
-    exporter's series and their own recordings, and Prometheus (promtool too) evaluates every
-    loaded group at every step, which the week-long unit tests of the other rules need not pay
-    for."""
-    return [
-        # Signals first, then the decision that reads them (a group runs in order).
-        {"name": "ttft-exporter-records-cause",
-         "rules": [*signal_records(config), *decision_records(config)]},
-        {"name": "ttft-exporter-alerts-cause", "rules": cause_alerts(config, _alert)},
-    ]
+    """The likely-cause group (cause_rules.py): `LLMTTFTLikelyCause`, reading what
+    `ttft-exporter watch` decides. A rule file of its own (generate.CAUSE_FILE): it reads only
+    the watch's series, and the promtool tests of the other rules need not load it."""
+    return [{"name": "ttft-exporter-alerts-cause", "rules": cause_alerts(config, _alert)}]
 
 
 def _alert(name: str, level: str, expr: str, for_: str, summary: str, description: str,

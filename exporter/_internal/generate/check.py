@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import names
 from ..config.settings import Config
 from . import alerts
 from .reference import served_families
@@ -47,7 +48,7 @@ def metric_names(expr: str) -> set[str]:
 
 def defined_metrics(configs: Iterable[Config]) -> set[str]:
     """Every series name a panel may read under any of `configs`."""
-    out = set(PROMETHEUS_OWN)
+    out = {*PROMETHEUS_OWN, names.LIKELY_CAUSE}  # (served by `ttft-exporter watch`)
     for name, kind, _labels, _help in served_families():
         out |= {name + suffix for suffix in SUFFIXES[kind]}
     for config in configs:

@@ -9,6 +9,7 @@ values they still state beside a key's name.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from .. import names
 from ..config.bounds import RELATIONS
 from ..config.schema import field_docs, keys, section_doc
 from ..config.settings import Config
+from ..diagnose import watch
 from ..diagnose.causes import DEFAULT, Thresholds
 from ..expose.families import families
 from ..expose.text import slo_help
@@ -76,8 +78,9 @@ def thresholds_reference() -> str:
     docs = field_docs(Thresholds)
     lines = [
         "# Diagnosis thresholds", "", GENERATED.strip(), "",
-        f"{section_doc(Thresholds)} `ttft-exporter diagnose` and the generated likely-cause "
-        "rules both decide with these values (exporter/_internal/diagnose/causes.py); "
+        f"{section_doc(Thresholds)} `ttft-exporter diagnose` and `ttft-exporter watch` (which "
+        "the LLMTTFTLikelyCause alert reads) decide with these values, in one function "
+        "(exporter/_internal/diagnose/causes.py); "
         "docs/runbooks.md says why each is where it is.", "",
         "| threshold | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{f.name}` | `{value_text(getattr(DEFAULT, f.name))}` | "
@@ -122,6 +125,14 @@ def metrics_reference() -> str:
              "aggregator (`ttft-exporter serve`) only. Histograms and the `_window` summaries "
              "also carry `tenant` where docs/metrics.md says so.", "",
              "| family | type | labels | help |", "| --- | --- | --- | --- |"]
-    lines += [f"| `{name}` | {kind} | {', '.join(f'`{label}`' for label in labels)} | "
-              f"{_cell(text)} |" for name, kind, labels, text in served_families()]
+    lines += _rows(served_families())
+    lines += ["", "`ttft-exporter watch` (docs/diagnose.md) serves the likely cause, which the "
+              "`LLMTTFTLikelyCause` alert reads, and its own health:", "",
+              "| family | type | labels | help |", "| --- | --- | --- | --- |",
+              *_rows(watch.FAMILIES)]
     return "\n".join(lines) + "\n"
+
+
+def _rows(families: Iterable[tuple[str, str, tuple[str, ...], str]]) -> list[str]:
+    return [f"| `{name}` | {kind} | {', '.join(f'`{label}`' for label in labels)} | "
+            f"{_cell(text)} |" for name, kind, labels, text in families]

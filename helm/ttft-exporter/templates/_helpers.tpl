@@ -21,11 +21,16 @@ app.kubernetes.io/name: {{ include "ttft-exporter.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{- define "ttft-exporter.labels" -}}
+{{/* The labels every object of the chart carries, besides its name, instance and component. */}}
+{{- define "ttft-exporter.chartLabels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "ttft-exporter.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "ttft-exporter.labels" -}}
+{{ include "ttft-exporter.chartLabels" . }}
+{{ include "ttft-exporter.selectorLabels" . }}
 app.kubernetes.io/component: aggregator
 {{- end -}}
 
@@ -127,4 +132,36 @@ dashboards that disagree with the exporter (regenerate them with that config).
 {{- fail (printf "%s differ from the config the chart's rules and dashboards were generated from (files/generated-config.yaml), so they would drift from the exporter: write the config to a file, run `ttft-exporter generate --config FILE` at the repository's top (it rewrites files/), or set prometheusRule.enabled and dashboards.enabled to false" (join ", " $drift)) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The watch (`ttft-exporter watch`). The aggregator's Deployment selects every pod labeled with
+the chart's name and the release (a selector cannot change on upgrade), so the watch's pods
+carry the name with "-watch": neither the aggregator's Deployment nor its Service take them.
+*/}}
+{{- define "ttft-exporter.watchFullname" -}}
+{{- printf "%s-watch" (include "ttft-exporter.fullname" . | trunc 57 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "ttft-exporter.watchSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-watch" (include "ttft-exporter.name" . | trunc 57 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ttft-exporter.watchLabels" -}}
+{{ include "ttft-exporter.chartLabels" . }}
+{{ include "ttft-exporter.watchSelectorLabels" . }}
+app.kubernetes.io/component: watch
+app.kubernetes.io/part-of: {{ include "ttft-exporter.name" . }}
+{{- end -}}
+
+{{/*
+The watch's Service: labeled with the chart's name and the release like the aggregator's, as
+the ServiceMonitor selects Services by them (one ServiceMonitor scrapes both); its selector
+takes the watch's pods only.
+*/}}
+{{- define "ttft-exporter.watchServiceLabels" -}}
+{{ include "ttft-exporter.chartLabels" . }}
+{{ include "ttft-exporter.selectorLabels" . }}
+app.kubernetes.io/component: watch
 {{- end -}}

@@ -1,0 +1,195 @@
+"""`ttft-exporter watch`: the decision of `diagnose`, run every interval and served as a metric
+for the `LLMTTFTLikelyCause` alert.
+
+The alert and `diagnose` must never name different causes. A PromQL copy of the decision did
+drift from the Python one (one expression of 7,104 characters, kept in step by tests) and cost
+Prometheus 0.5-2.3 s of a core per evaluation. Here the decision exists once: this process runs
+`diagnose.run.diagnose` over `alerting.tenant_window_seconds` against the same window
+`alerting.tenant_baseline_offset_seconds` earlier (the windows the alert's text names), and
+serves one `llm_ttft_likely_cause{model,route,cause,tenant} 1` per finding (per cold tenant
+for a cold cache). Prometheus scrapes it like any target; the alert only selects the series.
+
+An evaluation that fails (Prometheus unreachable, a query error) clears the findings rather
+than serve stale ones as current, and is counted by outcome; `up` and the evaluations counter
+tell on-call the watch itself is blind.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from aiohttp import web
+
+from .. import names
+from ..config.settings import AlertingConfig
+from ..expose.connection_guard import Limits
+from ..expose.http_thread import HttpThread
+from ..expose.textformat import count, escape, number
+from ..promql import scope_matchers
+from .causes import DEFAULT, Finding, Thresholds
+from .run import DiagnoseError, Prometheus, Request, diagnose
+
+#: Evaluation outcomes, the label of `names.WATCH_EVALUATIONS`.
+OUTCOMES = ("ok", "error")
+
+#: (name, type, labels, help) of every family the watch serves (docs/reference/metrics.md).
+FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    (names.LIKELY_CAUSE, "gauge", (names.MODEL, names.ROUTE, "cause", names.TENANT),
+     "1 per degraded (model, route): the likely cause of its TTFT rise (one series per cold "
+     "tenant for cold_cache)."),
+    (names.WATCH_EVALUATIONS, "counter", ("outcome",),
+     "Decisions run, by outcome (error: Prometheus unreachable or a query failed; no findings "
+     "are served then)."),
+    (names.WATCH_SECONDS, "gauge", (), "Seconds the last decision took (its queries)."),
+    (names.WATCH_LAST_SUCCESS, "gauge", (), "Unix time of the last decision that ran."),
+)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The decision's windows under a config: `since` seconds now against the same length
+    ending `offset` seconds earlier, over the rules' scope (job and `alerting.selector`)."""
+
+    since: float
+    offset: float
+    matchers: tuple[str, ...]
+    thresholds: Thresholds
+
+    @classmethod
+    def of(cls, al: AlertingConfig) -> "Windows":
+        scale = al.window_scale
+        return cls(al.tenant_window_seconds * scale, al.tenant_baseline_offset_seconds * scale,
+                   tuple(scope_matchers(al)), replace(DEFAULT, min_calls=al.min_calls))
+
+    def request(self, at: float) -> Request:
+        return Request(at=at, since=self.since, baseline=self.since,
+                       baseline_at=at - self.offset, matchers=self.matchers)
+
+
+class Watch:
+    """The latest findings and the watch's own counts; `evaluate` runs one decision and swaps
+    them in, `render` reads them (under one lock: a scrape sees one evaluation whole)."""
+
+    def __init__(self, prom: Prometheus | None, windows: Windows,
+                 clock: Callable[[], float] = time.time):
+        """`prom` None: no decision yet (set it before `evaluate`; the demo starts the watch
+        before the Prometheus that scrapes it)."""
+        self.prom = prom
+        self.windows = windows
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._findings: list[Finding] = []
+        self._evaluations = dict.fromkeys(OUTCOMES, 0)
+        self._seconds = 0.0
+        self._last_success = 0.0
+        self.last_error = ""
+
+    def evaluate(self) -> bool:
+        """One decision at the clock's now; False (findings cleared, error kept) on failure."""
+        assert self.prom is not None, "no Prometheus to read"
+        started = time.monotonic()
+        at = self.clock()
+        try:
+            findings = diagnose(self.prom, self.windows.request(at), self.windows.thresholds)
+            error = ""
+        except DiagnoseError as e:
+            findings, error = [], str(e)
+        except Exception as e:  # a bug must not end the watch: counted, said, tried again
+            findings, error = [], f"{type(e).__name__}: {e}"
+            print(f"ttft-exporter watch: the decision failed: {error}", file=sys.stderr,
+                  flush=True)
+        seconds = time.monotonic() - started
+        with self._lock:
+            self._findings = findings
+            self._evaluations["error" if error else "ok"] += 1
+            self._seconds = seconds
+            if not error:
+                self._last_success = at
+            self.last_error = error
+        return not error
+
+    def render(self) -> str:
+        """The text exposition (version 0.0.4) of the findings and the watch's counts."""
+        with self._lock:
+            findings = list(self._findings)
+            evaluations = dict(self._evaluations)
+            seconds, last_success = self._seconds, self._last_success
+        samples: dict[str, list[str]] = {
+            names.LIKELY_CAUSE: [
+                f'{{model="{escape(f.model)}",route="{escape(f.route)}",cause="{f.cause}",'
+                f'tenant="{escape(tenant)}"}} 1.0' for f in findings for tenant in f.tenants or [""]],
+            names.WATCH_EVALUATIONS: [f'{{outcome="{o}"}} {count(n)}'
+                                      for o, n in evaluations.items()],
+            names.WATCH_SECONDS: [f" {number(seconds)}"],
+            names.WATCH_LAST_SUCCESS: [f" {number(last_success)}"],
+        }
+        lines = []
+        for name, kind, _, help_text in FAMILIES:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
+                      *(name + sample for sample in samples[name])]
+        return "\n".join(lines) + "\n"
+
+    def run(self, interval: float, stop: threading.Event) -> None:
+        """Evaluate every `interval` seconds until `stop` is set (the first one at once)."""
+        while not stop.is_set():
+            started = time.monotonic()
+            self.evaluate()
+            stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+
+def create_app(watch: Watch) -> web.Application:
+    """`/metrics` (the findings) and `/healthz`."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=watch.render().encode(), headers={
+            "Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+class WatchService:
+    """The watch served over HTTP on its own thread, and deciding on another once it has a
+    Prometheus: what `ttft-exporter watch`, the demo and the tests run."""
+
+    def __init__(self, watch: Watch, addr: str, port: int, limits: Limits = Limits()):
+        self.watch = watch
+        self.server = HttpThread(create_app(watch), addr, port, name="ttft-exporter-watch-http",
+                                 limits=limits)
+        self._stop = threading.Event()
+        self._deciding: threading.Thread | None = None
+
+    @property
+    def target(self) -> str:
+        """host:port, for a scrape config."""
+        return self.server.base_url.split("://", 1)[1]
+
+    def start(self, interval: float) -> "WatchService":
+        """Serve now; decide every `interval` seconds once `decide` has a Prometheus (at once
+        when the watch has one)."""
+        self.interval = interval
+        self.server.start()
+        if self.watch.prom is not None:
+            self.decide(self.watch.prom)
+        return self
+
+    def decide(self, prom: Prometheus) -> None:
+        self.watch.prom = prom
+        self._deciding = threading.Thread(target=self.watch.run, args=(self.interval, self._stop),
+                                          daemon=True, name="ttft-exporter-watch-decision")
+        self._deciding.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._deciding is not None:
+            self._deciding.join(timeout=30)
+        self.server.stop()
