@@ -1,8 +1,9 @@
 """The Prometheus-side cost of the likely-cause decision at 10k, 100k and 1M head series.
 
-`ttft-exporter watch` evaluates the decision as one `diagnose(prom, Request(...))` call per
-evaluation: its instant queries (`rate(...[window])` over the exporter's histogram and counter
-families, grouped by model and route) are all it asks of Prometheus. This benchmark builds a
+`ttft-exporter watch` evaluates the decision as one `diagnose(prom, windows.request(now))` call
+per evaluation (diagnose/watch.py): its instant queries (`rate(...[window])` over the
+exporter's histogram and counter families, grouped by model and route) are all it asks of
+Prometheus. This benchmark builds a
 scrape body of the exporter's own families at each size (a Recorder fed with synthetic calls
 over models × routes × tenants, rendered by the exporter's renderer, so names, labels and
 buckets are what it serves), serves it on loopback with the counters growing scrape by scrape,
@@ -34,13 +35,16 @@ from typing import Any
 from exporter._internal.config.loader import load
 from exporter._internal.config.settings import AlertingConfig
 from exporter._internal.diagnose.causes import SIGNALS
-from exporter._internal.diagnose.run import LOGGED, Prometheus, Request, diagnose
+from exporter._internal.diagnose.run import LOGGED, Prometheus, diagnose
+from exporter._internal.diagnose.watch import Windows
 from exporter._internal.expose.text import Renderer
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
 
 SCALES = (10_000, 100_000, 1_000_000)
 CALLS_PER_TENANT = 3
+#: The scrape job: `alerting.exporter_job`'s default, which the watch's queries select.
+JOB = AlertingConfig().exporter_job
 _MS = 1_000_000
 
 
@@ -308,7 +312,7 @@ class Scraped:
             f"rendered in {time.perf_counter() - began:.0f} s")
         self.target = Target(body)
         self.stopped = False
-        config = scrape_config(self.target.address, job="ttft-exporter", interval=plan.interval)
+        config = scrape_config(self.target.address, job=JOB, interval=plan.interval)
         try:
             # at 1M series a query among 8 at once on 2 cores can outlast the default 2 minutes
             self.prom = PrometheusServer(config, extra_flags=["--query.timeout=10m"])
@@ -333,9 +337,9 @@ class Scraped:
             self.stopped = True
         last = self.target.served[-1]
         wait = self.plan.interval * 3 + 30
-        self.prom.wait_for(f'up{{job="ttft-exporter"}} == 1 and timestamp(up) >= {last - 1:.3f}',
+        self.prom.wait_for(f'up{{job="{JOB}"}} == 1 and timestamp(up) >= {last - 1:.3f}',
                            timeout=wait)
-        self.prom.wait_for('up{job="ttft-exporter"} == 0', timeout=wait)
+        self.prom.wait_for(f'up{{job="{JOB}"}} == 0', timeout=wait)
         self.at = last
         self.log(f"{self.series:,}: {len(self.target.served)} scrapes over "
                  f"{last - self.target.served[0]:.0f} s")
@@ -353,8 +357,8 @@ def measure(sizes: list[int], plan: Plan = FULL, log: Callable[[str], None] = la
     """Serve each size to its own Prometheus, all at once, until both windows hold samples;
     then time `plan.evaluations` decisions per size at its last scrape, interleaved (each
     round evaluates every size once), as every speed in docs/benchmarks.md is measured."""
-    al = AlertingConfig(tenant_window_seconds=plan.window,
-                        tenant_baseline_offset_seconds=plan.offset)
+    windows = Windows.of(AlertingConfig(tenant_window_seconds=plan.window,
+                                        tenant_baseline_offset_seconds=plan.offset))
     with ExitStack() as stack:
         scraped: list[Scraped] = []
         for n in sizes:
@@ -363,14 +367,11 @@ def measure(sizes: list[int], plan: Plan = FULL, log: Callable[[str], None] = la
         while not all([s.ready() for s in scraped]):
             time.sleep(0.2)
         time.sleep(1)
-        requests = [Request(at=s.at, since=al.tenant_window_seconds,
-                            baseline=al.tenant_window_seconds,
-                            baseline_at=s.at - al.tenant_baseline_offset_seconds)
-                    for s in scraped]
+        requests = [windows.request(s.at) for s in scraped]  # the watch's own request
         recordings = []
         for s, req in zip(scraped, requests):  # warm-up, and what the decision asks
             recordings.append(_Recording(s.prom.url, timeout=600))
-            diagnose(recordings[-1], req, alerting=al)
+            diagnose(recordings[-1], req, windows.thresholds)
         heads = [int(self_metrics(s.prom.url)["head"]) for s in scraped]
         wall: list[list[float]] = [[] for _ in scraped]
         cpu: list[list[float]] = [[] for _ in scraped]
@@ -380,7 +381,7 @@ def measure(sizes: list[int], plan: Plan = FULL, log: Callable[[str], None] = la
                 client = Prometheus(s.prom.url, timeout=600)
                 before = self_metrics(s.prom.url)
                 start = time.perf_counter()
-                diagnose(client, req, alerting=al)
+                diagnose(client, req, windows.thresholds)
                 wall[k].append(time.perf_counter() - start)
                 after = self_metrics(s.prom.url)
                 cpu[k].append(after["cpu"] - before["cpu"])
@@ -417,7 +418,9 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
 
     queries = rows[0].queries
     lines = [
-        f"One evaluation of the decision is one `diagnose()` call ({queries} instant queries: "
+        f"One evaluation of the decision is one `diagnose()` call with the watch's own request "
+        f"(`Windows.request`: every selector scoped to the exporter's job) ({queries} instant "
+        f"queries: "
         f"{2 * (len(SIGNALS) + len(LOGGED)) + 2} signal, bucket and upstream queries over both "
         f"windows, 8 at a time, and the histogram-mode check), here with the alerting window "
         f"{plan.window:g} s and the baseline {plan.offset:g} s earlier, against a real "
