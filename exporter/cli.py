@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=9471, help="port (default 9471)")
     p.add_argument("--interval", default="30s", metavar="DURATION",
                    help="how often the decision runs (default 30s)")
-    p.add_argument("--timeout", type=float, default=10.0,
+    p.add_argument("--timeout", type=_rate, default=10.0,
                    help="seconds per Prometheus query (default 10)")
     p.set_defaults(func=_watch)
     p = sub.add_parser("view", help="a local web page of the generated dashboards, drawn from "

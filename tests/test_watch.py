@@ -37,6 +37,7 @@ def closed_port() -> int:
     (["--prometheus", "http://127.0.0.1:9090", "--interval", "often"], "not a duration"),
     (["--prometheus", "http://127.0.0.1:9090", "--port", "70000"], "70000"),
     (["--prometheus", "http://127.0.0.1:9090", "--addr", "no such host!"], "--addr"),
+    (["--prometheus", "http://127.0.0.1:9090", "--timeout", "-1"], "above 0"),
     ([], "--prometheus"),
 ])
 def test_mistakes_are_one_line_and_exit_2(args: list[str], said: str) -> None:
