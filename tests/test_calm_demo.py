@@ -26,7 +26,7 @@ STEP = SCRAPE
 SLOW = 120
 ROOT = Path(__file__).resolve().parent.parent
 #: The pick of a "top N" time series: the N ranked over the whole range (panels.top).
-TOP_PICK = re.compile(r"(?:topk|bottomk)\((\d+), (?:max|min)_over_time\(")
+TOP_PICK = re.compile(r"(?:topk|bottomk)\((\d+), (?:max|last)_over_time\(")
 
 
 def _window(run: CalmRun) -> tuple[float, float]:

@@ -123,7 +123,7 @@ class Signal:
     computed from `family` (a histogram mean) or from the usage counters (a ratio)."""
 
     key: str
-    #: "mean" (histogram sum / count), "calls" (count increase), "spread" (p90 - p10),
+    #: "mean" (histogram sum / count), "calls" (count increase),
     #: "cached_share" (cached / all input tokens), "cached_per_call" (cached tokens / calls),
     #: "uncached_per_call" (input tokens the cache did not serve / calls)
     kind: str
@@ -155,10 +155,6 @@ class Signal:
                 total = mode.rate(names.TTFT, "count", m, window, offset)
             return f"{grouped} (rate({cached}{span}))\n/ ({grouped} ({total}) > 0)"
         assert self.family is not None
-        if self.kind == "spread":
-            high, low = (mode.quantile(q, self.family, labels, window, m, offset)
-                         for q in SPREAD_QUANTILES)
-            return f"(\n{high}\n- {low}\n) >= 0"  # NaN (no calls) is no spread
         count = f"{grouped} ({mode.rate(self.family, 'count', m, window, offset)})"
         if self.kind == "calls":
             return f"{count} * {_seconds(window)}"
@@ -176,23 +172,13 @@ def _seconds(window: str) -> str:
     raise ValueError(f"not a single-unit duration: {window}")
 
 
-#: The spread signals' quantiles, and that spread in standard deviations of a normal
-#: distribution: (p90 - p10) / 2.563 estimates a call's standard deviation without a sum of
-#: squares, from the buckets both histogram modes already serve.
-SPREAD_QUANTILES = (0.9, 0.1)
-SPREAD_IN_SD = 2.563
-
 SIGNALS: tuple[Signal, ...] = (
     Signal("calls", "calls", names.TTFT),
     Signal("ttft", "mean", names.TTFT),
-    Signal("ttft_spread", "spread", names.TTFT),
     Signal("first_answer", "mean", names.FIRST_ANSWER),
-    Signal("first_answer_spread", "spread", names.FIRST_ANSWER),
     Signal("input_tokens", "mean", names.INPUT_TOKENS),
-    Signal("input_tokens_spread", "spread", names.INPUT_TOKENS),
     Signal("stall", "mean", names.STALL),
     Signal("phase", "mean", names.PHASE_FAMILY, phase=True),
-    Signal("phase_spread", "spread", names.PHASE_FAMILY, phase=True),
     Signal("tenant_calls", "calls", names.TTFT, tenant=True),
     Signal("tenant_ttft", "mean", names.TTFT, tenant=True),
     Signal("cached_share", "cached_share", tenant=True, per_model=True),
@@ -215,14 +201,10 @@ class Window:
 
     calls: float = 0.0
     ttft: float | None = None
-    ttft_spread: float | None = None
     first_answer: float | None = None
-    first_answer_spread: float | None = None
     input_tokens: float | None = None
-    input_tokens_spread: float | None = None
     stall: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
-    phase_spreads: dict[str, float] = field(default_factory=dict)
     tenant_calls: dict[str, float] = field(default_factory=dict)
     tenant_ttft: dict[str, float] = field(default_factory=dict)
     #: per tenant over all routes of the model
@@ -264,33 +246,13 @@ def _rose(now: float | None, base: float | None, factor: float, floor: float) ->
         now - base >= floor
 
 
-def standard_error(now: Window, base: Window, key: str) -> float:
-    """Standard error of the difference of the two windows' means of `key` ("ttft",
-    "first_answer", "input_tokens", or a phase as "phase:connect"), from each window's p10..p90
-    spread; a window without a spread (no buckets to read) adds nothing."""
-    def variance(w: Window) -> float:
-        value = w.phase_spreads.get(key[6:]) if key.startswith("phase:") else \
-            getattr(w, f"{key}_spread")
-        if value is None or not value >= 0 or w.calls <= 0:  # None, NaN
-            return 0.0
-        return (value / SPREAD_IN_SD) ** 2 / w.calls
-
-    return math.sqrt(variance(now) + variance(base))
-
-
 def rise_z(now: Window, base: Window, key: str) -> float | None:
     """Standard errors of the rise of `key` ("ttft", "first_answer", "input_tokens",
-    "connect"): on log values from the buckets where both windows have them (noise.py), else
-    on the means with the spread read from p10..p90; None without either."""
-    logged = rise_in_standard_errors(now.logs.get(key), base.logs.get(key))
-    if logged is not None:
-        return logged
-    spread_key = f"phase:{key}" if key in PHASES else key
-    a, b = (w.phases.get(key) if key in PHASES else getattr(w, key) for w in (now, base))
-    error = standard_error(now, base, spread_key)
-    if a is None or b is None or error <= 0:
-        return None
-    return (a - b) / error
+    "connect") on log values from the buckets (noise.py); None where a window has fewer than
+    two calls. (A p10..p90 spread read from the same buckets was the fallback: it never had a
+    value where the log values had none, and its quantile queries were the decision's four
+    heaviest.)"""
+    return rise_in_standard_errors(now.logs.get(key), base.logs.get(key))
 
 
 def _rose_clearly(now: Window, base: Window, key: str, factor: float, floor: float,

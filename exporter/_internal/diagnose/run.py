@@ -178,13 +178,11 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
             labels, value = row["metric"], float(row["value"][1])
             w = out.setdefault((labels.get(names.MODEL, ""), labels.get(names.ROUTE, "")),
                                Window())
-            if key in ("calls", "ttft", "ttft_spread", "first_answer", "first_answer_spread",
-                       "input_tokens", "input_tokens_spread", "stall", "uncached_per_call"):
+            if key in ("calls", "ttft", "first_answer", "input_tokens", "stall",
+                       "uncached_per_call"):
                 setattr(w, key, value)
             elif key == "phase":
                 w.phases[labels.get(names.PHASE, "")] = value
-            elif key == "phase_spread":
-                w.phase_spreads[labels.get(names.PHASE, "")] = value
             else:
                 getattr(w, key)[labels.get(names.TENANT, "")] = value
     for (model, _), w in out.items():
