@@ -11,18 +11,23 @@ bench/diagnose.py measures diagnose on it. docs/decisions.md says why each numbe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from exporter._internal import names
 from exporter._internal.config.settings import Config
 from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import MODELS, LoadShape
-from exporter._internal.diagnose.run import Prometheus
-from exporter._internal.diagnose.watch import Watch, WatchService, Windows
+from tests.support.calm_run import free_port
 from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, scrape_config
 
@@ -56,6 +61,35 @@ class PlayedDay:
 
 
 @contextlib.contextmanager
+def watch_process(cfg: Config, prometheus_url: str, port: int) -> Iterator[str]:
+    """`ttft-exporter watch` deciding every second on `port`, a process of its own as users
+    run it (in the demo's process its decisions, ~40 queries' JSON a second, took the GIL
+    from the load whose timings the day measures); its /metrics URL while the block runs."""
+    with tempfile.TemporaryDirectory(prefix="ttft-watch-") as directory:
+        config = Path(directory) / "watch.yaml"
+        alerting = {k: list(v) if isinstance(v, tuple) else v
+                    for k, v in dataclasses.asdict(cfg.alerting).items()}
+        config.write_text(yaml.safe_dump({"alerting": alerting}), encoding="utf-8")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter.cli", "watch", "--prometheus", prometheus_url,
+             "--config", str(config), "--port", str(port), "--interval", "1s"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            announced = proc.stdout.readline()
+            if not announced.startswith("ttft-exporter watch serving"):
+                proc.kill()
+                raise RuntimeError(f"the watch did not start: {announced}{proc.stderr.read()}")
+            yield announced.split()[3].rstrip(",")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@contextlib.contextmanager
 def compressed_demo(cfg: Config, rule_files: Iterable[Path] = (), agents: bool = False
                     ) -> Iterator[tuple[DemoLoad, PrometheusServer]]:
     """The demo's load and exporter under the compressed day's knobs, scraped every second by
@@ -68,12 +102,11 @@ def compressed_demo(cfg: Config, rule_files: Iterable[Path] = (), agents: bool =
     shape = LoadShape(rate=10.0, models=tuple((model, 1.0) for model in MODELS))
     with DemoLoad(far_region=True, model=LatencyModel.default().shorter(0.3),
                   shape=shape, agents=agents) as demo:
-        watch = WatchService(Watch(None, Windows.of(cfg.alerting)), "127.0.0.1", 0).start(1.0)
-        scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job, watch=watch.target)
-        with contextlib.ExitStack() as stack:
-            stack.callback(watch.stop)
-            prom = stack.enter_context(PrometheusServer(scrape, rule_files=rule_files))
-            watch.decide(Prometheus(prom.url))
+        port = free_port()
+        scrape = scrape_config(demo.target, job=cfg.alerting.exporter_job,
+                               watch=f"127.0.0.1:{port}")
+        with PrometheusServer(scrape, rule_files=rule_files) as prom, \
+                watch_process(cfg, prom.url, port):
             prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
             # The neighbour's freezes compressed too: 3.5 s out of every 3.75. The answers are
             # short, and a stream stalls only when a freeze starts while it runs: most streams
