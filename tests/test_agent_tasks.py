@@ -382,7 +382,11 @@ def check_dashboard(prom: PrometheusServer, out: Path, before: dict, after: dict
         title = panel["title"]
         values = []
         for target in panel["targets"]:
-            result = prom.query(grafana_expr(target["expr"], rate_interval=window), at=second)
+            # $__interval at the scrape interval (Grafana's floor for a short range): a top-N
+            # panel ranks its series at multiples of it, and at 5 s the last multiple before
+            # `second` could precede both runs' ends on a fast machine (nothing ranked)
+            result = prom.query(grafana_expr(target["expr"], rate_interval=window,
+                                             interval="1s"), at=second)
             mine = [r for r in result if r["metric"].get("task", TASK) == TASK
                     and r["metric"].get("route", ROUTE) == ROUTE]
             assert mine, (mode, title, target["expr"])
