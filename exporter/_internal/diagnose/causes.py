@@ -73,8 +73,13 @@ class Thresholds:
     degraded_min_seconds: float = 0.1
     #: ...and by this many standard errors of the difference of the two means: a mean over a
     #: few dozen calls of a route that mixes cached and uncached prompts moves by more than
-    #: 25 % on its own (each call's spread is read from the window's p10..p90).
+    #: 25 % on its own (each call's spread is read from the log values in its buckets).
     degraded_z: float = 3.5
+    #: ...or by this many where a prefill surge's own signals hold (the uncached work per call
+    #: rose clearly, the prefill with it at the server's usual speed): the rise's mechanism is
+    #: measured on its own, and a surge of the prompts' new part makes TTFT a mix of calls
+    #: that carry it and calls that do not, whose log values spread wide.
+    explained_z: float = 2.0
     #: route_change: share of the route's calls that reached an upstream unseen in the
     #: baseline,
     new_upstream_share: float = 0.5
@@ -255,17 +260,12 @@ def rise_z(now: Window, base: Window, key: str) -> float | None:
     return rise_in_standard_errors(now.logs.get(key), base.logs.get(key))
 
 
-def _rose_clearly(now: Window, base: Window, key: str, factor: float, floor: float,
-                  t: Thresholds) -> bool:
-    """The mean of `key` ("ttft", "first_answer", "input_tokens") rose past `factor`, `floor`
-    and `degraded_z` standard errors."""
+def _degraded(now: Window, base: Window, key: str, t: Thresholds, gate: float) -> bool:
+    """The mean of `key` ("ttft", "first_answer") rose past `degraded_factor`,
+    `degraded_min_seconds` and `gate` standard errors."""
     z = rise_z(now, base, key)
-    return _rose(getattr(now, key), getattr(base, key), factor, floor) and \
-        (z is None or z >= t.degraded_z)
-
-
-def _degraded(now: Window, base: Window, key: str, t: Thresholds) -> bool:
-    return _rose_clearly(now, base, key, t.degraded_factor, t.degraded_min_seconds, t)
+    return _rose(getattr(now, key), getattr(base, key), t.degraded_factor,
+                 t.degraded_min_seconds) and (z is None or z >= gate)
 
 
 def work(w: Window) -> float | None:
@@ -369,14 +369,17 @@ def classify(model: str, route: str, now: Window, base: Window,
     """The finding for one (model, route), or None when its TTFT is not degraded.
 
     Degraded: enough calls in both windows, and the TTFT or first-answer mean rose past
-    `degraded_factor`, `degraded_min_seconds` and `degraded_z` standard errors; or a tenant's
-    TTFT rose past the first two while its cache went cold (one tenant's cold cache barely
-    moves its route's mean). Then the first cause of CAUSES whose signals hold; `unknown`
-    when none does.
+    `degraded_factor`, `degraded_min_seconds` and `degraded_z` standard errors (`explained_z`
+    where a prefill surge's own signals hold); or a tenant's TTFT rose past the first two while
+    its cache went cold (one tenant's cold cache barely moves its route's mean). Then the first
+    cause of CAUSES whose signals hold; `unknown` when none does.
     """
     if now.calls < t.min_calls or base.calls < t.min_calls:
         return None
-    route_degraded = _degraded(now, base, "ttft", t) or _degraded(now, base, "first_answer", t)
+    surge = _surge(now, base, t)
+    gate = t.explained_z if surge else t.degraded_z
+    route_degraded = _degraded(now, base, "ttft", t, gate) or \
+        _degraded(now, base, "first_answer", t, gate)
     slower = slower_tenants(now, base, t)
     compared = [x for x in now.tenant_calls if now.tenant_calls[x] >= t.tenant_min_calls]
     # "its TTFT rose, others' did not": with most tenants slower, it is not one cache (one
@@ -404,7 +407,6 @@ def classify(model: str, route: str, now: Window, base: Window,
 
     connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
     new_share = now.new_upstream_share
-    surge = _surge(now, base, t)
     starved = _rose(now.phases.get(QUEUE), base.phases.get(QUEUE), t.queue_factor,
                     t.queue_min_seconds)
     slower_server = not starved and _server_slower(now, base, t)
