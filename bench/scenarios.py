@@ -45,6 +45,8 @@ INCIDENTS = (PREFILL_SURGE, COLD_CACHE, NOISY_NEIGHBOUR, ROUTE_CHANGE)
 #: adds less than the decision's floor (0.1 s) to that mean is no degradation: counted apart.
 MAGNITUDE = "the TTFT mean it raises (the route's; a cold cache's tenants'), now / baseline"
 FLOOR = 0.1
+#: The send phase of every call: the request's bytes leave the client (seconds).
+SEND = 0.001
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ def calls(rng: np.random.Generator, route: Route, effect: Effect, seconds: float
     prefill = uncached * route.speed * effect.speed_factor * rng.lognormal(0, 0.25, n) * slow \
         + late[3]
     first_decode = 0.02 * rng.lognormal(0, 0.3, n)
-    ttft = queue + connect + 0.001 + server + prefill + first_decode
+    ttft = queue + connect + SEND + server + prefill + first_decode
     stall = route.stall * rng.lognormal(0, 0.5, n)
     if effect.freeze:
         stall = stall + np.where(rng.random(n) < 0.8, effect.freeze * rng.uniform(0.5, 1.5, n), 0)
@@ -286,11 +288,18 @@ def window_signals(c: Calls) -> Window:
     return w
 
 
-def windows(s: Scenario) -> tuple[Window, Window]:
-    """The scenario's (diagnosed, baseline) windows, its route's new-upstream share set."""
+def draw(s: Scenario) -> tuple[Calls, Calls]:
+    """The scenario's (diagnosed, baseline) calls: the same for every reader of the seed (the
+    signals below, and bench/diagnose_prometheus.py recording them into the exporter)."""
     rng = np.random.default_rng(10_000_019 * s.seed + 7)
     base_calls = calls(rng, s.route, Effect(), s.window_seconds)
-    now_calls = calls(rng, s.route, s.effect, s.window_seconds)
+    return calls(rng, s.route, s.effect, s.window_seconds), base_calls
+
+
+def windows(s: Scenario, drawn: tuple[Calls, Calls] | None = None) -> tuple[Window, Window]:
+    """The scenario's (diagnosed, baseline) windows, its route's new-upstream share set, from
+    its calls (`drawn`: `draw(s)`, if already done)."""
+    now_calls, base_calls = draw(s) if drawn is None else drawn
     base, now = window_signals(base_calls), window_signals(now_calls)
     touched = s.effect.cold_tenants
     if s.kind in INCIDENTS:
