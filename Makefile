@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test calm-test bench diagnose-eval generate install assets prometheus chromium screenshots proto clean
+.PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium screenshots proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ bench: $(STAMP)
 # every figure measured on held-out seeds (docs/diagnose.md, "Measured").
 diagnose-eval: $(STAMP)
 	$(PY) -m bench.diagnose_eval
+
+# The first 100 held-out scenarios end to end: recorded into the exporter, scraped by a real
+# Prometheus (classic and native), named by `ttft-exporter diagnose` (docs/diagnose.md).
+diagnose-prometheus: $(STAMP) prometheus
+	$(PY) -m bench.diagnose_prometheus --seeds 100000:100100
 
 # Then check that every panel queries a metric the exporter serves or its rules record.
 generate: $(STAMP)
