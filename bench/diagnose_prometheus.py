@@ -8,7 +8,7 @@ sequence) become `CallTimeline`s recorded into one exporter, each scenario its o
 `ttft-exporter diagnose --json` compares the two windows; and each scenario's cause through
 Prometheus is set beside the direct one and the allowed ones:
 
-    python -m bench.diagnose_prometheus --seeds 100000:100040
+    python -m bench.diagnose_prometheus --seeds 100000:100100   (make diagnose-prometheus)
 
 Per scenario, three direct readings of the same calls tell why a cause through Prometheus can
 differ from the generator's:
@@ -29,6 +29,15 @@ How the run keeps Prometheus' reading exact, and what it cannot:
   ms). `rate()` over a window with samples at both ends extrapolates nothing: rate × window is
   the exact increase. A whole-second window a user types extrapolates about one scrape
   interval of calls at its edges.
+- Both Prometheus servers scrape from one address: each sends its own `scraper` parameter,
+  or the first to scrape would use up every new series' zero for both.
+- A failed scrape (a 1 s timeout on a loaded machine) can use up a zero Prometheus never
+  stored: a run with one is repeated (RUN_TENANTS and RUN_CALLS keep runs small enough).
+- Native histograms (Prometheus 2.42): `rate()` extrapolates a native series born inside a
+  window back to the window's start (the floor that stops a counter's extrapolation at its
+  zero is not applied to them), so calls read up to one scrape interval / window more there;
+  the usage counters' ratios (uncached tokens per call) divide by those calls. The report
+  names it where the calls read differ.
 - `labels.max_series` is raised so that every scenario's series fit in one exporter (the
   default, 20,000, is one deployment's ceiling); `labels.max_tenants` (100) and
   `labels.max_upstreams` stay the defaults: their folds are real paths.
@@ -180,9 +189,9 @@ def feed(cases: list[Case], now: bool, wall: float = WALL) -> tuple[float, float
 
 def scrapes(prom: Prometheus, at: float, ok: bool = True) -> list[tuple[int, float]]:
     """(timestamp in ms, scrape duration in s) of the exporter's successful (`ok`) or failed
-    scrapes in the 2 minutes before `at`."""
+    scrapes in the 5 minutes before `at`."""
     def samples(expr: str) -> dict[int, float]:
-        rows = prom.query(f'{expr}{{job="{JOB}"}}[2m]', at)
+        rows = prom.query(f'{expr}{{job="{JOB}"}}[5m]', at)
         return {round(float(ts) * 1000): float(v) for ts, v in rows[0]["values"]} if rows \
             else {}
 
@@ -346,9 +355,10 @@ def _name(cause: str | None) -> str:
     return cause or "nothing"
 
 
-def reason(case: Case, finding: dict[str, Any] | None) -> str:
-    """Why `finding` (through Prometheus) names another cause than the direct reading."""
-    why = []
+def reason(case: Case, finding: dict[str, Any] | None, failed: bool) -> str:
+    """Why `finding` (through Prometheus) names another cause than the direct reading
+    (`failed`: a scrape failed in its run's windows, every try)."""
+    why = ["a scrape failed in its run"] if failed else []
     if case.prefill_read != case.direct:
         why.append("the prefill phase holds the first decode")
     if case.recorded != case.prefill_read:
@@ -364,7 +374,7 @@ def reason(case: Case, finding: dict[str, Any] | None) -> str:
 
 
 def report(cases: list[Case], result: Evaluation) -> list[str]:
-    named = result.named
+    named, failed = result.named, result.failed
     modes = list(named)
     seeds = f"{cases[0].seed}..{cases[-1].seed}" if cases else "none"
     scaled = [c for c in cases if c.window_seconds < 300]
@@ -397,12 +407,14 @@ def report(cases: list[Case], result: Evaluation) -> list[str]:
             lines.append(f"| {c.seed} | {c.kind} | {m} | {_name(c.direct)} | "
                          f"{_name(named[m][c.seed])} | "
                          f"{'yes' if named[m][c.seed] in c.allowed else 'no'} | "
-                         f"{reason(c, result.findings[m][c.seed])} |")
+                         f"{reason(c, result.findings[m][c.seed], c.seed in failed[m])} |")
     folds = Counter(c.tenants > len(c.kept) for c in cases)
     lines += ["", f"Scenarios with tenants folded into `__other__` (more than "
               f"{LabelConfig().max_tenants} on the route): {folds[True]}. Runs repeated "
               f"after a failed scrape: {result.repeated}; scenarios read with a failed scrape "
               "still: " + ", ".join(f"{m} {len(result.failed[m])}" for m in modes) + "."]
+    lines += [f"Read with a failed scrape ({m}): {', '.join(map(str, sorted(result.failed[m])))}."
+              for m in modes if result.failed[m]]
     return lines
 
 
