@@ -156,7 +156,7 @@ class Encoder:
         (created.py) when known."""
         name = fam.name
         varint = wire.varint
-        native = self._converters[name].convert(now.hist)
+        native = self._converters[name].convert(now.hist, now.native)
         cumulative = now.cumulative
         exemplars = now.exemplars
         marked = {p: _exemplar(e) for p, e in sorted(exemplars.items())} if exemplars else {}
