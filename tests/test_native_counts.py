@@ -19,7 +19,9 @@ from exporter._internal.expose.sample import sample
 from exporter._internal.expose.text import Renderer
 from exporter._internal.fleet import validate, wire
 from exporter._internal.fleet.absorb import absorb
+from exporter._internal.fleet.codec import Sparse
 from exporter._internal.fleet.take import take
+from exporter._internal.fleet.wire import Delta
 from exporter._internal.record.native_counts import NativeCounts
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.store import PENDING_MAX, Store
@@ -73,7 +75,7 @@ def check(store: Store, renderer: Renderer) -> int:
     for series, hist, exemplars, native in store.snapshot_of(every, native=True):
         fam = series.state.family
         converter = encoder._converters[fam.name]
-        if native is not None and native.buckets is not None:
+        if native is not None and native.counts is not None:
             kept_used += 1
         assert converter.convert(hist, native) == converter.convert(hist)
         cached = renderer._cache.get(series)
@@ -139,9 +141,9 @@ def test_counts_that_fell_behind_are_dropped_not_served() -> None:
         store.observe(state, values, 500_000, 0)
     (snap,) = store.snapshot_of(list(state.series.values()), native=True)
     series = snap.series
-    assert snap.native is series.native and snap.native.buckets is None  # to seed: this reader
+    assert snap.native is series.native and snap.native.counts is None  # to seed: this reader
     Renderer(store).encoder._converters[names.TTFT.name].convert(snap.hist, snap.native)
-    assert series.native is not None and sum(series.native.buckets.values()) == 1
+    assert series.native is not None and series.native.counts is not None and sum(series.native.counts) == 1
     with store.held:
         for _ in range(PENDING_MAX):  # folded in the caller's thread: the kept counts lag
             store.observe(state, values, 700_000, 0)
@@ -150,4 +152,20 @@ def test_counts_that_fell_behind_are_dropped_not_served() -> None:
     with store.held:
         store.observe(state, values, 700_000, 0)
     (snap,) = store.snapshot_of([series], native=True)
-    assert isinstance(snap.native, NativeCounts) and snap.native.buckets is None
+    assert isinstance(snap.native, NativeCounts) and snap.native.counts is None
+
+
+def test_counts_past_32_bits_widen_as_the_hdr_counts_do() -> None:
+    store = Recorder(config(5, 320))
+    renderer = Renderer(store)
+    state = store.families[names.TTFT.name]
+    layout = state.layout
+    values = ("m", "p", "r", "t")
+    for i, n in ((layout.index(500_000), 3_000_000_000), (layout.index(90_000), 2_000_000_000),
+                 (layout.index(500_000), 3_000_000_000), (layout.index(7_000_000), 5)):
+        absorb(store, Delta(histograms={(state.family.name, values): Sparse(
+            layout, [i], [n], n, n * layout.lowest_equivalent(i))}))
+        assert check(store, renderer) == 1  # kept (seeded at the first), then followed
+    native = state.series[values].native
+    assert native is not None and native.counts is not None
+    assert native.counts.typecode == "Q" and max(native.counts) == 6_000_000_000

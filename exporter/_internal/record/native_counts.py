@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from array import array
 from operator import sub
 from typing import Iterable
 
@@ -72,36 +73,48 @@ class NativeCounts:
     """One series' HDR counts summed per native bucket (of `table`'s schema), as of `count`
     values of `hist`, its live histogram. Changed only under the store's lock.
 
-    Made empty-handed (`buckets` None) under the lock when a protobuf reader takes a series
+    The counts are stored densely from native index `lo` on, as 32-bit counters (64-bit past
+    4e9 values, as the HDR counts): 4 bytes per native bucket from the lowest to the highest
+    populated one, 2^schema buckets an octave (at schema 5, 128 bytes an octave, a quarter of
+    the HDR counts' 512; at most 4 KB for 1 µs–1 h).
+
+    Made empty-handed (`counts` None) under the lock when a protobuf reader takes a series
     that has none; that reader converts its copy of the histogram and hands the result over
     with `seed`, outside the lock. Until then the counts cannot follow an addition, and a
     reader that folds one in drops them.
     """
 
-    __slots__ = ("table", "hist", "count", "zero", "buckets")
+    __slots__ = ("table", "hist", "count", "zero", "lo", "counts")
 
     def __init__(self, table: list[int], hist: Histogram | None, count: int,
-                 zero: int = 0, buckets: dict[int, int] | None = None):
+                 zero: int = 0, lo: int = 0, counts: "array[int] | None" = None):
         self.table = table
         self.hist = hist
         self.count = count
         #: Values of 0 (HDR index 0): the zero bucket.
         self.zero = zero
-        #: Native index -> count, for the populated native buckets (None until seeded).
-        self.buckets = buckets
+        #: Native index of counts[0].
+        self.lo = lo
+        #: Count per native index from `lo` on (None until seeded).
+        self.counts = counts
 
-    def seed(self, zero: int, buckets: dict[int, int]) -> None:
-        """Hand over the counts converted from a copy of `hist` at `count` values (the caller
-        keeps no reference to `buckets`). `buckets` is set last: a reader under the lock that
-        sees it sees `zero` too."""
-        self.zero = zero
-        self.buckets = buckets
+    def seed(self, zero: int, keys: list[int], sums: list[int]) -> None:
+        """Hand over the counts converted from a copy of `hist` at `count` values: the
+        populated native buckets' ascending indices and counts. `counts` is set last: a
+        reader under the lock that sees it sees the rest too."""
+        lo = keys[0] if keys else 0
+        counts = array("Q" if self.count > _WIDE else "I", [0]) * (
+            keys[-1] - lo + 1 if keys else 0)
+        for k, c in zip(keys, sums):
+            counts[k - lo] = c
+        self.zero, self.lo = zero, lo
+        self.counts = counts
 
     def copy(self) -> "NativeCounts":
         """A reader's private copy (no histogram: it follows nothing)."""
-        buckets = self.buckets
-        return NativeCounts(self.table, None, self.count, self.zero,
-                            None if buckets is None else dict(buckets))
+        counts = self.counts
+        return NativeCounts(self.table, None, self.count, self.zero, self.lo,
+                            None if counts is None else array(counts.typecode, counts))
 
     def current(self, hist: Histogram) -> bool:
         """Whether these counts are `hist`'s as it is now (or will be once seeded)."""
@@ -119,16 +132,41 @@ class NativeCounts:
     def follow(self, hist: Histogram, pairs: Iterable[tuple[int, int]], count: int) -> bool:
         """After (HDR index, count) `pairs`, `count` values in all, were added to `hist`: add
         them; False when these counts do not reflect `hist` just before it."""
-        buckets = self.buckets
-        if buckets is None or self.hist is not hist or self.count + count != hist.count:
+        dense = self.counts
+        if dense is None or self.hist is not hist or self.count + count != hist.count:
             return False
-        table = self.table
-        get = buckets.get
+        if hist.count > _WIDE and dense.typecode == "I":
+            dense = self.counts = array("Q", dense)
+        table, lo = self.table, self.lo
         for i, c in pairs:
-            if i:
-                k = table[i]
-                buckets[k] = get(k, 0) + c
-            else:
+            if not i:  # HDR index 0 holds the value 0: the zero bucket
                 self.zero += c
+                continue
+            k = table[i] - lo
+            if not 0 <= k < len(dense):
+                dense, lo = self._grow(dense, table[i])
+                k = table[i] - lo
+            dense[k] += c
         self.count = hist.count
         return True
+
+    def _grow(self, dense: "array[int]", key: int) -> "tuple[array[int], int]":
+        """Extend the stored range to native index `key`, and a few more within the table's."""
+        lo, table = self.lo, self.table
+        if not dense:
+            lo, hi = key, key
+        else:
+            lo, hi = min(lo, key), max(lo + len(dense) - 1, key)
+        new_lo, new_hi = max(lo - _MARGIN, table[1]), min(hi + _MARGIN, table[-1])
+        grown = array(dense.typecode, [0]) * (new_hi - new_lo + 1)
+        if dense:
+            start = self.lo - new_lo
+            grown[start:start + len(dense)] = dense
+        self.counts, self.lo = grown, new_lo
+        return grown, new_lo
+
+
+#: Past this many values a native bucket could overflow a 32-bit counter: 64-bit ones.
+_WIDE = 0xFFFFFFFF
+#: Native buckets added on either side when the stored range grows.
+_MARGIN = 4

@@ -50,7 +50,7 @@ class Snapshot(NamedTuple):
     series: Series
     hist: Histogram
     exemplars: dict[int, Exemplar] | None
-    #: For a protobuf reader: a copy of the kept native counts, or counts to seed (`buckets`
+    #: For a protobuf reader: a copy of the kept native counts, or counts to seed (`counts`
     #: None) from `hist`; None for the other readers.
     native: NativeCounts | None = None
 
@@ -277,7 +277,7 @@ class Store:
             kept = None
             if native:
                 kept = series.native
-                if kept is None or kept.buckets is None:  # (one reader seeds each)
+                if kept is None or kept.counts is None:  # (one reader seeds each)
                     state = series.state
                     table = state.native_table
                     if table is None:
