@@ -62,21 +62,15 @@ class Converter:
         self.schema = schema
         self.max_buckets = max_buckets
         #: HDR index -> native index of its midpoint (index 0 holds only the value 0: unused).
-        self.table = table = native_table(layout, scale, schema)
-        #: Every native index the table holds, ascending: kept counts' indices are sliced from
-        #: it (no integer object made per stored bucket).
-        self._first = table[1] if len(table) > 1 else 0
-        self._indices = list(range(self._first, table[-1] + 1))
+        self.table = native_table(layout, scale, schema)
 
     def convert(self, hist: Histogram, kept: NativeCounts | None = None) -> NativeBuckets:
         """`hist`'s native buckets: from `kept`, its native counts, when they were kept at
         this converter's schema; else from its HDR counts, seeding `kept` if it asks for it."""
         if kept is not None and kept.table is self.table:
-            counts = kept.counts
-            if counts is not None:  # the populated buckets, selected in C
-                start = kept.lo - self._first
-                keys = list(compress(self._indices[start:start + len(counts)], counts))
-                return self._encode(kept.zero, keys, list(filter(None, counts)))
+            keys, counts = kept.keys, kept.counts
+            if keys is not None and counts is not None:
+                return self._encode(kept.zero, keys.tolist(), counts.tolist())
             zero, keys, sums = self._walk(hist)
             kept.seed(zero, keys, sums)
             return self._encode(zero, keys, sums)

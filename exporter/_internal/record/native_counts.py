@@ -73,10 +73,10 @@ class NativeCounts:
     """One series' HDR counts summed per native bucket (of `table`'s schema), as of `count`
     values of `hist`, its live histogram. Changed only under the store's lock.
 
-    The counts are stored densely from native index `lo` on, as 32-bit counters (64-bit past
-    4e9 values, as the HDR counts): 4 bytes per native bucket from the lowest to the highest
-    populated one, 2^schema buckets an octave (at schema 5, 128 bytes an octave, a quarter of
-    the HDR counts' 512; at most 4 KB for 1 µs–1 h).
+    The populated native buckets are kept as two arrays in index order: their indices (32-bit)
+    and their counts (32-bit counters, 64-bit past 4e9 values as the HDR counts): 8 bytes per
+    populated bucket, which the render reads with two `tolist` calls (a dict cost ~70 bytes a
+    bucket, a dense array a walk over the empty buckets between the populated ones).
 
     Made empty-handed (`counts` None) under the lock when a protobuf reader takes a series
     that has none; that reader converts its copy of the histogram and hands the result over
@@ -84,37 +84,34 @@ class NativeCounts:
     reader that folds one in drops them.
     """
 
-    __slots__ = ("table", "hist", "count", "zero", "lo", "counts")
+    __slots__ = ("table", "hist", "count", "zero", "keys", "counts")
 
-    def __init__(self, table: list[int], hist: Histogram | None, count: int,
-                 zero: int = 0, lo: int = 0, counts: "array[int] | None" = None):
+    def __init__(self, table: list[int], hist: Histogram | None, count: int, zero: int = 0,
+                 keys: "array[int] | None" = None, counts: "array[int] | None" = None):
         self.table = table
         self.hist = hist
         self.count = count
         #: Values of 0 (HDR index 0): the zero bucket.
         self.zero = zero
-        #: Native index of counts[0].
-        self.lo = lo
-        #: Count per native index from `lo` on (None until seeded).
+        #: The populated native buckets' indices, ascending, and their counts (None until
+        #: seeded).
+        self.keys = keys
         self.counts = counts
 
     def seed(self, zero: int, keys: list[int], sums: list[int]) -> None:
         """Hand over the counts converted from a copy of `hist` at `count` values: the
         populated native buckets' ascending indices and counts. `counts` is set last: a
         reader under the lock that sees it sees the rest too."""
-        lo = keys[0] if keys else 0
-        counts = array("Q" if self.count > _WIDE else "I", [0]) * (
-            keys[-1] - lo + 1 if keys else 0)
-        for k, c in zip(keys, sums):
-            counts[k - lo] = c
-        self.zero, self.lo = zero, lo
-        self.counts = counts
+        self.zero, self.keys = zero, array("i", keys)
+        self.counts = array("Q" if self.count > _WIDE else "I", sums)
 
     def copy(self) -> "NativeCounts":
         """A reader's private copy (no histogram: it follows nothing)."""
-        counts = self.counts
-        return NativeCounts(self.table, None, self.count, self.zero, self.lo,
-                            None if counts is None else array(counts.typecode, counts))
+        keys, counts = self.keys, self.counts
+        if keys is None or counts is None:
+            return NativeCounts(self.table, None, self.count, self.zero)
+        return NativeCounts(self.table, None, self.count, self.zero, array("i", keys),
+                            array(counts.typecode, counts))
 
     def current(self, hist: Histogram) -> bool:
         """Whether these counts are `hist`'s as it is now (or will be once seeded)."""
@@ -132,41 +129,27 @@ class NativeCounts:
     def follow(self, hist: Histogram, pairs: Iterable[tuple[int, int]], count: int) -> bool:
         """After (HDR index, count) `pairs`, `count` values in all, were added to `hist`: add
         them; False when these counts do not reflect `hist` just before it."""
-        dense = self.counts
-        if dense is None or self.hist is not hist or self.count + count != hist.count:
+        counts, keys = self.counts, self.keys
+        if counts is None or keys is None or self.hist is not hist or \
+                self.count + count != hist.count:
             return False
-        if hist.count > _WIDE and dense.typecode == "I":
-            dense = self.counts = array("Q", dense)
-        table, lo = self.table, self.lo
+        if hist.count > _WIDE and counts.typecode == "I":
+            counts = self.counts = array("Q", counts)
+        table = self.table
         for i, c in pairs:
             if not i:  # HDR index 0 holds the value 0: the zero bucket
                 self.zero += c
                 continue
-            k = table[i] - lo
-            if not 0 <= k < len(dense):
-                dense, lo = self._grow(dense, table[i])
-                k = table[i] - lo
-            dense[k] += c
+            k = table[i]
+            at = bisect_left(keys, k)
+            if at < len(keys) and keys[at] == k:
+                counts[at] += c
+            else:
+                keys.insert(at, k)
+                counts.insert(at, c)
         self.count = hist.count
         return True
-
-    def _grow(self, dense: "array[int]", key: int) -> "tuple[array[int], int]":
-        """Extend the stored range to native index `key`, and a few more within the table's."""
-        lo, table = self.lo, self.table
-        if not dense:
-            lo, hi = key, key
-        else:
-            lo, hi = min(lo, key), max(lo + len(dense) - 1, key)
-        new_lo, new_hi = max(lo - _MARGIN, table[1]), min(hi + _MARGIN, table[-1])
-        grown = array(dense.typecode, [0]) * (new_hi - new_lo + 1)
-        if dense:
-            start = self.lo - new_lo
-            grown[start:start + len(dense)] = dense
-        self.counts, self.lo = grown, new_lo
-        return grown, new_lo
 
 
 #: Past this many values a native bucket could overflow a 32-bit counter: 64-bit ones.
 _WIDE = 0xFFFFFFFF
-#: Native buckets added on either side when the stored range grows.
-_MARGIN = 4
