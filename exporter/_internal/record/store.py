@@ -16,7 +16,8 @@ so nothing waits for the next call.
 Memory bound (docs/metrics.md): every series holds at most `counts_len × 8` bytes of counters
 (32-bit until a bucket passes 4e9), in practice the span of octaves its values cover × 128 × 4
 bytes; windowed families hold up to `window.slices` slices of raw values (at most 256 each) or
-HDR counters. The number of series is capped by `labels.max_series`, and so is each counter's
+HDR counters; a series scraped as protobuf keeps its native counts too (native_counts.py: 8
+bytes per populated native bucket). The number of series is capped by `labels.max_series`, and so is each counter's
 number of rows; tenants by `labels.max_tenants` per (model, route).
 """
 
