@@ -39,4 +39,5 @@ def test_cause_cost_at_a_tiny_size():
     assert row.rows_returned > 0
     assert len(row.wall) == 2 and all(0 < w < 60 for w in row.wall)
     assert all(math.isfinite(x) and x >= 0 for x in (row.engine, *row.cpu)) and row.engine > 0
+    assert len(row.floor) == 2 and all(math.isfinite(x) and x >= 0 for x in row.floor)
     assert fit([1, 2, 3], [3, 5, 7]) == (1.0, 2.0)
