@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -144,11 +145,36 @@ def test_every_rule_is_healthy_recorded_and_in_range(day: dict[str, Any]) -> Non
         for labels, v in found:
             assert not math.isnan(v), (record, labels)
             if record.startswith("slo:sli_error:"):
-                assert 0 <= v <= 1, (record, labels, v)
+                assert 0 <= v <= 1, (record, labels, v, below_zero(day, dict(labels)))
             elif "burn_rate" in record or record.endswith(":p99_rate5m"):
-                assert v >= 0, (record, labels, v)
+                assert v >= 0, (record, labels, v, below_zero(day, dict(labels)))
             elif record == "slo:period_error_budget_remaining:ratio":
-                assert v <= 1, (record, labels, v)
+                assert v <= 1, (record, labels, v, below_zero(day, dict(labels)))
+
+
+def below_zero(d: dict[str, Any], labels: dict[str, str]) -> list[Any]:
+    """Where an SLI's error ratio read below zero (more good calls than calls): each such 5m
+    ratio, and the raw samples of its good bucket and count around it, so a failure says
+    which scrape did it."""
+    prom, start, end = d["prom"], d["start"], d["end"]
+    scope = ",".join(f'{k}="{labels[k]}"' for k in ("sli", "model", "route") if k in labels)
+    out: list[Any] = []
+    for series in prom.query_range(f"slo:sli_error:ratio_rate5m{{{scope}}} < 0", start, end,
+                                   1.0)[:3]:
+        m = series["metric"]
+        at = float(series["values"][0][0])
+        out.append({"ratio": m, "values": series["values"][:3]})
+        rule = next((r for g in prom.rules() for r in g["rules"]
+                     if r["name"] == "slo:sli_error:ratio_rate5m"
+                     and r.get("labels", {}).get("sli") == m.get("sli")), None)
+        if rule is None:
+            continue
+        for selector in {f"{name}{{model=\"{m['model']}\",route=\"{m['route']}\"{extra}}}"
+                         for name, extra in re.findall(r"(llm_\w+)\{([^}]*)\}", rule["query"])
+                         for extra in [("," + extra) if "le=" in extra else ""]}:
+            for raw in prom.query(f"{selector}[6s]", at=at + 1):
+                out.append({"series": raw["metric"], "samples": raw["values"]})
+    return out
 
 
 def over(d: dict[str, Any], incident: str | None, title: str, since: float = 4.0,
