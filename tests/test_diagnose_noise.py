@@ -4,13 +4,15 @@ known inputs, and the evaluation generator (bench/diagnose_eval.py) on a few see
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from bench.diagnose_eval import gate_false_rate, main as evaluate
-from exporter._internal.config.settings import DEFAULT_SECONDS_BUCKETS
-from exporter._internal.diagnose.noise import (from_cumulative, log_moments, opened,
+from exporter._internal.config.settings import DEFAULT_SECONDS_BUCKETS, DEFAULT_TOKEN_BUCKETS
+from exporter._internal.diagnose.causes import DEFAULT, OPENED, Window, classify
+from exporter._internal.diagnose.noise import (LogMoments, from_cumulative, log_moments, opened,
                                                rise_in_standard_errors)
 from exporter._internal.diagnose.upstreams import new_upstream_shares
 
@@ -72,3 +74,69 @@ def test_the_evaluation_runs_and_reports_every_cause(capsys: pytest.CaptureFixtu
     for line in ("| prefill_surge |", "| calm |", "| client_cpu_starvation |",
                  "False findings on calm window pairs"):
         assert line in out
+
+
+
+def _window(ttft: np.ndarray, given: np.ndarray, uncached: np.ndarray, prefill: np.ndarray
+            ) -> Window:
+    """A (model, route) window of these calls as diagnose reads it: TTFT, input tokens `given`
+    of which `uncached` the server prefilled; log values from the classic buckets."""
+    tokens = [(b, float(np.count_nonzero(given <= b))) for b in DEFAULT_TOKEN_BUCKETS]
+    w = Window(calls=float(ttft.size), ttft=float(ttft.mean()), first_answer=float(ttft.mean()),
+               input_tokens=float(given.mean()), uncached_per_call=float(uncached.mean()),
+               stall=0.05, phases={"prefill": float(prefill.mean()), "queue": 0.003})
+    w.logs = {"ttft": log_moments(classic(ttft)), "first_answer": log_moments(classic(ttft)),
+              "input_tokens": log_moments(from_cumulative([*tokens, (math.inf, given.size)]))}
+    return w
+
+
+def test_a_surge_needs_less_evidence_of_its_own_rise_than_an_unexplained_one() -> None:
+    """A surge of the prompts' new part, as the incident day plays it: every prompt ×9, but the
+    provider prefills only the growth past a tenant's last prompt, so some calls carry the
+    whole surge and the rest little of it. TTFT's log values then spread wide: its rise is
+    clear of `explained_z` but not of `degraded_z`, while the work's rise is clear by far. The
+    same TTFT and prefill rise without more work stays unexplained, and is not degraded."""
+    rng = np.random.default_rng(2)
+    speed = 1 / 20_000  # prefill seconds per uncached token
+    base_given = rng.lognormal(math.log(2_000), 0.57, 50)
+    base_ttft = rng.lognormal(math.log(0.05), 0.6, 50) + base_given * speed  # wait + prefill
+    surged = rng.random(24) < 0.4
+    now_given = rng.lognormal(math.log(2_000), 0.57, 24) * 9
+    now_uncached = np.where(surged, now_given, now_given / 9)
+    now_ttft = rng.lognormal(math.log(0.05), 0.6, 24) + now_uncached * speed
+    base = _window(base_ttft, base_given, base_given, base_given * speed)
+    surge = _window(now_ttft, now_given, now_uncached, now_uncached * speed)
+    z = rise_in_standard_errors(surge.logs["ttft"], base.logs["ttft"])
+    assert z is not None and DEFAULT.explained_z <= z < DEFAULT.degraded_z
+    found = classify("m", "search", surge, base, replace(DEFAULT, min_calls=5))
+    assert found is not None and found.cause == "prefill_surge", found
+    unexplained = _window(now_ttft, base_given[:24], base_given[:24], now_uncached * speed)
+    assert classify("m", "search", unexplained, base, replace(DEFAULT, min_calls=5)) is None
+
+
+def test_dearer_connections_name_a_route_change_beside_a_stall_rise() -> None:
+    """The route change as the watch first sees it (the diagnosed window holds calls of the
+    farther route, its stalls a little longer; the baseline one call that opened a
+    connection): each connection costs ~9× more, which no neighbour, surge or cold cache
+    does, so it is a route change. More calls opening connections at the same cost, or no
+    opened call in the baseline to compare, leave the stall rise to name a neighbour."""
+    def window(opened_connect: LogMoments | None, stall: float, ttft: float,
+               calls: float = 20) -> Window:
+        w = Window(calls=calls, ttft=ttft, stall=stall,
+                   phases={"queue": 0.003, "connect": 0.1, "prefill": 0.055, "server": 0.2})
+        w.logs = {"ttft": LogMoments(calls, math.log(ttft), 0.3)}
+        if opened_connect is not None:
+            w.logs[OPENED] = opened_connect
+        return w
+
+    strict = replace(DEFAULT, min_calls=5)
+    base = window(LogMoments(1.03, math.log(0.016), 0.07), stall=0.07, ttft=0.137, calls=49)
+    far = window(LogMoments(19.1, math.log(0.138), 0.066), stall=0.125, ttft=0.385)
+    found = classify("deepseek-r1", "chat", far, base, strict)
+    assert found is not None and found.cause == "route_change", found
+    same_cost = window(LogMoments(19.1, math.log(0.016), 0.066), stall=0.125, ttft=0.385)
+    found = classify("deepseek-r1", "chat", same_cost, base, strict)
+    assert found is not None and found.cause == "noisy_neighbour", found
+    unseen = window(None, stall=0.07, ttft=0.137, calls=49)
+    found = classify("deepseek-r1", "chat", far, unseen, strict)
+    assert found is not None and found.cause == "noisy_neighbour", found
