@@ -32,7 +32,7 @@ from exporter._internal.diagnose.causes import DEFAULT, UNKNOWN
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.generate.files import RULE_FILES, generate
 from tests.support.incident_day import (CALM, CONFIG, MIN_CALLS, PHASE, SKIP, TARGETS, WINDOW,
-                                        acceptable, live, played_day)
+                                        acceptable, alert_findings, live, played_day)
 
 #: The (model, route)s each incident's target holds: the units recall is counted on (the
 #: cold cache's one tenant counts once, on whichever of its routes it is named).
@@ -105,20 +105,13 @@ def score_alert(played: Any, score: Score) -> None:
     prom, start = played.prom, played.start
     until = min(time.time(), played.end + WINDOW)
     seen: dict[str, set[tuple[str, str]]] = {name: set() for name in INCIDENTS}
-    for series in prom.query_range(
-            'ALERTS{alertname="LLMTTFTLikelyCause", alertstate="firing"}',
-            start + WINDOW + PHASE, until, 1.0):
-        m = series["metric"]
-        f = {"model": m["model"], "route": m["route"], "cause": m["cause"],
-             "tenants": [m["tenant"]] if "tenant" in m else []}
-        for at, _ in series["values"]:
-            t = float(at) - start
-            now = live(played.schedule, t, t)
-            score.finding(f, now, round(t))
-            if not now:
-                score.calm_false += 1
-            if f["cause"] in seen and f["cause"] in now and TARGETS[f["cause"]](f):
-                seen[f["cause"]].add((f["model"], f["route"]))
+    for t, f in alert_findings(prom, start, until):
+        now = live(played.schedule, t, t)
+        score.finding(f, now, round(t))
+        if not now:
+            score.calm_false += 1
+        if f["cause"] in seen and f["cause"] in now and TARGETS[f["cause"]](f):
+            seen[f["cause"]].add((f["model"], f["route"]))
     for name, units in seen.items():
         score.found[name] += min(len(units), UNITS[name])
         score.units[name] += UNITS[name]

@@ -36,7 +36,8 @@ from exporter._internal.generate.panels import TOP
 from exporter._internal.promql import CLASSIC
 from tests.support import skip_or_fail
 from tests.support.incident_day import (CALM, CONFIG, MIN_CALLS, PHASE, SKIP, TARGETS,
-                                        WINDOW, acceptable, live, played_day)
+                                        WINDOW, acceptable, alert_findings, live,
+                                        played_day)
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
 from tests.test_alerts import recorded_names
 from tests.test_dashboards import CALL_UIDS
@@ -377,17 +378,10 @@ def test_the_likely_cause_alert_names_each_incident_on_its_target_only(
     until = min(time.time(), day["end"] + WINDOW)
     seen = {name: 0 for name in INCIDENTS}
     wrong = []
-    for series in prom.query_range(
-            'ALERTS{alertname="LLMTTFTLikelyCause", alertstate="firing"}',
-            start + WINDOW + PHASE, until, 1.0):
-        m = series["metric"]
-        f = {"model": m["model"], "route": m["route"], "cause": m["cause"],
-             "tenants": [m["tenant"]] if "tenant" in m else []}
-        for at, _ in series["values"]:
-            t = float(at) - start
-            if not acceptable(f, live(day["schedule"], t, t)):
-                wrong.append((round(t), f))
-            elif f["cause"] in seen:
-                seen[f["cause"]] += 1
+    for t, f in alert_findings(prom, start, until):
+        if not acceptable(f, live(day["schedule"], t, t)):
+            wrong.append((round(t), f))
+        elif f["cause"] in seen:
+            seen[f["cause"]] += 1
     assert not wrong, wrong
     assert all(seen.values()), seen

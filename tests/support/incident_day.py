@@ -175,3 +175,18 @@ def acceptable(f: dict[str, Any], incidents: list[str]) -> bool:
     if f["cause"] == UNKNOWN:
         return bool(incidents)
     return any(TARGETS[i](f) and f["cause"] == i for i in incidents)
+
+
+def alert_findings(prom: PrometheusServer, start: float, until: float
+                   ) -> Iterator[tuple[float, dict[str, Any]]]:
+    """(seconds into the day, finding as diagnose prints it) for every second LLMTTFTLikelyCause
+    fired, from when the rules compare the calm with itself (a window and the offset in) to
+    `until` (unix seconds)."""
+    for series in prom.query_range(
+            'ALERTS{alertname="LLMTTFTLikelyCause", alertstate="firing"}',
+            start + WINDOW + PHASE, until, 1.0):
+        m = series["metric"]
+        f = {"model": m["model"], "route": m["route"], "cause": m["cause"],
+             "tenants": [m["tenant"]] if "tenant" in m else []}
+        for at, _ in series["values"]:
+            yield float(at) - start, f
