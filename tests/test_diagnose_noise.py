@@ -140,3 +140,24 @@ def test_dearer_connections_name_a_route_change_beside_a_stall_rise() -> None:
     unseen = window(None, stall=0.07, ttft=0.137, calls=49)
     found = classify("deepseek-r1", "chat", far, unseen, strict)
     assert found is not None and found.cause == "noisy_neighbour", found
+
+
+def test_a_move_to_a_new_upstream_needs_less_evidence_of_the_rise() -> None:
+    """A long-prompt route moved to a farther region: its TTFT ×1.6 over two dozen calls reads
+    under 3.5 log standard errors (prompts spread it wide), but every call reached an upstream
+    the baseline never saw: a route change. Without the new upstream the same rise is no
+    finding."""
+    def window(ttft: float, calls: float, share: float | None) -> Window:
+        w = Window(calls=calls, ttft=ttft, stall=0.09, new_upstream_share=share,
+                   phases={"queue": 0.003, "prefill": 0.8, "server": 0.3})
+        w.logs = {"ttft": LogMoments(calls, math.log(ttft), 0.6)}
+        return w
+
+    base = window(0.85, 50, None)
+    moved = window(1.4, 18, 1.0)
+    z = rise_in_standard_errors(moved.logs["ttft"], base.logs["ttft"])
+    assert z is not None and DEFAULT.explained_z <= z < DEFAULT.degraded_z
+    found = classify("deepseek-r1", "summarize", moved, base, replace(DEFAULT, min_calls=5))
+    assert found is not None and found.cause == "route_change", found
+    stayed = window(1.4, 18, 0.0)
+    assert classify("deepseek-r1", "summarize", stayed, base, replace(DEFAULT, min_calls=5)) is None

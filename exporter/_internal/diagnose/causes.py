@@ -75,10 +75,12 @@ class Thresholds:
     #: few dozen calls of a route that mixes cached and uncached prompts moves by more than
     #: 25 % on its own (each call's spread is read from the log values in its buckets).
     degraded_z: float = 3.5
-    #: ...or by this many where a prefill surge's own signals hold (the uncached work per call
-    #: rose clearly, the prefill with it at the server's usual speed): the rise's mechanism is
-    #: measured on its own, and a surge of the prompts' new part makes TTFT a mix of calls
-    #: that carry it and calls that do not, whose log values spread wide.
+    #: ...or by this many where the rise's mechanism is measured on its own: a prefill surge's
+    #: signals hold (the uncached work per call rose clearly, the prefill with it at the
+    #: server's usual speed), or most calls reached an upstream the baseline did not see. A
+    #: surge of the prompts' new part makes TTFT a mix of calls that carry it and calls that
+    #: do not, and a long-prompt route's TTFT spreads wide with its prompts: a real rise reads
+    #: few log standard errors over two dozen calls.
     explained_z: float = 2.0
     #: route_change: share of the route's calls that reached an upstream unseen in the
     #: baseline,
@@ -387,7 +389,9 @@ def classify(model: str, route: str, now: Window, base: Window,
     if now.calls < t.min_calls or base.calls < t.min_calls:
         return None
     surge = _surge(now, base, t)
-    gate = t.explained_z if surge else t.degraded_z
+    moved = now.new_upstream_share is not None and \
+        now.new_upstream_share >= t.new_upstream_share
+    gate = t.explained_z if surge or moved else t.degraded_z
     route_degraded = _degraded(now, base, "ttft", t, gate) or \
         _degraded(now, base, "first_answer", t, gate)
     slower = slower_tenants(now, base, t)
