@@ -26,6 +26,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -96,6 +97,12 @@ class Row:
     engine: float
     #: the decision's queries, heaviest first
     heaviest: tuple[QueryStats, ...] = ()
+    #: per evaluation round: Prometheus' CPU seconds for the floor (`floor_queries`)
+    floor: tuple[float, ...] = ()
+
+    @property
+    def floor_median(self) -> float:
+        return median(self.floor) if self.floor else math.nan
 
     @property
     def wall_median(self) -> float:
@@ -260,11 +267,26 @@ class _Recording(Prometheus):
     def __init__(self, url: str, timeout: float):
         super().__init__(url, timeout)
         self.asked: list[tuple[str, int]] = []
+        self.at: list[float] = []
 
     def query(self, expr: str, at: float) -> list[dict[str, Any]]:
         result = super().query(expr, at)
         self.asked.append((expr, len(result)))
+        self.at.append(at)
         return result
+
+
+_RANGE = re.compile(r"\b((?:llm_client|ttft_exporter)_\w+(?:\{[^}]*\})?\[\w+\])")
+
+
+def floor_queries(rec: _Recording) -> list[tuple[str, float]]:
+    """The floor under the decision: each (range selector, time) its queries read, read once
+    by the cheapest query that touches every sample (`count(count_over_time(...))`). What
+    this costs is Prometheus' selecting and decoding the same series and samples, with no
+    arithmetic of the decision's own."""
+    seen = sorted({(found, at) for (expr, _), at in zip(rec.asked, rec.at)
+                   for found in _RANGE.findall(expr)})
+    return [(f"count(count_over_time({selector}))", at) for selector, at in seen]
 
 
 _SELECTOR = re.compile(r"\b((?:llm_client|ttft_exporter)_\w+)(\{[^}]*\})?")
@@ -376,7 +398,14 @@ def measure(sizes: list[int], plan: Plan = FULL, log: Callable[[str], None] = la
         wall: list[list[float]] = [[] for _ in scraped]
         cpu: list[list[float]] = [[] for _ in scraped]
         engine: list[list[float]] = [[] for _ in scraped]
+        floor: list[list[float]] = [[] for _ in scraped]
+        floors = [floor_queries(rec) for rec in recordings]
         for _ in range(plan.evaluations):
+            for k, s in enumerate(scraped):  # the floor: the same reads, nothing computed
+                before = self_metrics(s.prom.url)
+                with ThreadPoolExecutor(max_workers=8) as pool:  # as diagnose runs them
+                    list(pool.map(lambda q, url=s.prom.url: _api(url, *q), floors[k]))
+                floor[k].append(self_metrics(s.prom.url)["cpu"] - before["cpu"])
             for k, (s, req) in enumerate(zip(scraped, requests)):
                 client = Prometheus(s.prom.url, timeout=600)
                 before = self_metrics(s.prom.url)
@@ -397,7 +426,7 @@ def measure(sizes: list[int], plan: Plan = FULL, log: Callable[[str], None] = la
                             samples_read=sum(q.samples for q in stats),
                             queries=len(exprs), rows_returned=sum(r for _, r in rec.asked),
                             wall=wall[k], engine=median(engine[k]), cpu=cpu[k],
-                            heaviest=tuple(stats)))
+                            heaviest=tuple(stats), floor=tuple(floor[k])))
             log(f"{s.series:,}: {rows[-1].head_series:,} head series, {rows[-1].series_read:,} "
                 f"read, CPU {rows[-1].cpu}, wall {rows[-1].wall}")
     return rows
@@ -437,13 +466,15 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
         f"`python -m bench --only bench.cause_cost` (`make bench` runs every section).", "",
         "| head series | series the decision reads | samples it reads | seconds per evaluation "
         "(median; min, max) | Prometheus CPU s per evaluation (median; min, max) | "
-        "query engine s per evaluation (median) | CPU µs per series read |",
-        "| ---: | ---: | ---: | --- | --- | ---: | ---: |"]
+        "query engine s per evaluation (median) | CPU µs per series read | floor: CPU s "
+        "reading the same series and samples once (median) | decision / floor |",
+        "| ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r.head_series:,} | {r.series_read:,} | {r.samples_read:,} | "
                      f"{r.wall_median:.2f} ({min(r.wall):.2f}, {max(r.wall):.2f}) | "
                      f"{r.cpu_median:.2f} ({min(r.cpu):.2f}, {max(r.cpu):.2f}) | "
-                     f"{r.engine:.2f} | {r.cpu_median / r.series_read * 1e6:.0f} |")
+                     f"{r.engine:.2f} | {r.cpu_median / r.series_read * 1e6:.0f} | "
+                     f"{r.floor_median:.2f} | {r.cpu_median / r.floor_median:.1f}× |")
     cpu = [r.cpu_median for r in rows]
     a, b = fit([r.head_series for r in rows], cpu)
     sa, sb = fit([r.series_read for r in rows], cpu)
@@ -452,6 +483,9 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
     ratio = (large.cpu_median / large.series_read) / (small.cpu_median / small.series_read)
     head_ratio = (large.cpu_median / large.head_series) / (small.cpu_median / small.head_series)
     log_c, k = fit([math.log(r.series_read) for r in rows], [math.log(c) for c in cpu])
+    _, floor_k = fit([math.log(r.series_read) for r in rows],
+                     [math.log(r.floor_median) for r in rows])
+    over_floor = [r.cpu_median / r.floor_median for r in rows]
     steps = ", ".join(f"{_exponent(x, y):.2f} from {x.head_series:,} to {y.head_series:,}"
                       for x, y in zip(rows, rows[1:]))
     lines += ["", f"Formula (least squares over the {len(rows)} sizes; N = head series, "
@@ -465,6 +499,15 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
               f"Growth: CPU per series read at {large.head_series:,} head series is "
               f"{ratio:.2f}× that at {small.head_series:,} (per head series {head_ratio:.2f}×): "
               + ("at most linear." if ratio <= 1.1 else "MORE than linear."),
+              "", f"The floor (`floor_queries`: every range selector of the decision read once "
+              f"at its time by `count(count_over_time(...))`, 8 at a time as diagnose runs "
+              f"them) grows as S^{floor_k:.2f}: Prometheus' selecting and decoding the same "
+              f"series and samples, with no arithmetic of the decision's. The decision costs "
+              f"{min(over_floor):.1f}–{max(over_floor):.1f}× its floor across the sizes "
+              f"({', '.join(f'{x:.1f}×' for x in over_floor)}): "
+              + ("a constant multiple, so what grows faster than the series is Prometheus' "
+                 "reading of them, not the decision." if max(over_floor) <= 1.2 * min(over_floor)
+                 else "the decision's own work grows faster than its reads."),
               "", *_heaviest(large),
               "", f"The cost is per evaluation: `ttft-exporter watch` pays it once per "
               f"evaluation interval. Samples per series scale it too: each window held "

@@ -5,7 +5,7 @@ barely detectable to severe, two at once, and non-incidents that look like one.
 Detection thresholds are chosen on the tuning seeds and every published figure is measured on
 the held-out seeds (never the same scenarios for both):
 
-    python -m bench.diagnose_eval [--tune 0:1500] [--held-out 100000:101500]
+    python -m bench.diagnose_eval [--tune 0:1500] [--held-out 100000:103600]
 
 `make diagnose-eval` runs it and prints the markdown docs/diagnose.md quotes.
 """
@@ -156,7 +156,7 @@ def _range(text: str) -> range:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tune", type=_range, default=range(0, 1500))
-    p.add_argument("--held-out", type=_range, default=range(100_000, 101_500))
+    p.add_argument("--held-out", type=_range, default=range(100_000, 103_600))
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
     tuned = detection_thresholds(outcomes(args.tune, args.workers))

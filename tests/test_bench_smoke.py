@@ -39,4 +39,25 @@ def test_cause_cost_at_a_tiny_size():
     assert row.rows_returned > 0
     assert len(row.wall) == 2 and all(0 < w < 60 for w in row.wall)
     assert all(math.isfinite(x) and x >= 0 for x in (row.engine, *row.cpu)) and row.engine > 0
+    assert len(row.floor) == 2 and all(math.isfinite(x) and x >= 0 for x in row.floor)
     assert fit([1, 2, 3], [3, 5, 7]) == (1.0, 2.0)
+
+
+def test_the_days_score_counts_right_wrong_and_calm_findings():
+    """bench.diagnose_day's scoring (the day itself is tests/test_incident_day.py's): a cause
+    on its live incident's target is right, off target or in the calm wrong, `unknown` is no
+    named cause, and the report gives precision and recall from the counts."""
+    from bench.diagnose_day import Score, report
+
+    s = Score()
+    on = {"model": "llama-3-8b", "route": "chat", "cause": "noisy_neighbour", "tenants": []}
+    off = {**on, "model": "gpt-4.1"}
+    s.finding(on, ["noisy_neighbour"], 100)
+    s.finding(off, ["noisy_neighbour"], 101)
+    s.finding({**on, "cause": "unknown"}, ["noisy_neighbour"], 102)
+    s.finding(on, [], "calm")
+    assert (s.right["noisy_neighbour"], s.named["noisy_neighbour"]) == (1, 3)
+    assert [where for where, _ in s.wrong] == [101, "calm"]
+    s.found["noisy_neighbour"], s.units["noisy_neighbour"] = 2, 3
+    text = "\n".join(report({"diagnose": s}, 1))
+    assert "| diagnose | `noisy_neighbour` | 33.3 % (1 of 3) | 66.7 % (2 of 3) |" in text

@@ -11,8 +11,8 @@ import pytest
 
 from bench.diagnose_eval import gate_false_rate, main as evaluate
 from exporter._internal.config.settings import DEFAULT_SECONDS_BUCKETS, DEFAULT_TOKEN_BUCKETS
-from exporter._internal.diagnose.causes import DEFAULT, Window, classify
-from exporter._internal.diagnose.noise import (from_cumulative, log_moments, opened,
+from exporter._internal.diagnose.causes import DEFAULT, OPENED, Window, classify
+from exporter._internal.diagnose.noise import (LogMoments, from_cumulative, log_moments, opened,
                                                rise_in_standard_errors)
 from exporter._internal.diagnose.upstreams import new_upstream_shares
 
@@ -112,3 +112,52 @@ def test_a_surge_needs_less_evidence_of_its_own_rise_than_an_unexplained_one() -
     assert found is not None and found.cause == "prefill_surge", found
     unexplained = _window(now_ttft, base_given[:24], base_given[:24], now_uncached * speed)
     assert classify("m", "search", unexplained, base, replace(DEFAULT, min_calls=5)) is None
+
+
+def test_dearer_connections_name_a_route_change_beside_a_stall_rise() -> None:
+    """The route change as the watch first sees it (the diagnosed window holds calls of the
+    farther route, its stalls a little longer; the baseline one call that opened a
+    connection): each connection costs ~9× more, which no neighbour, surge or cold cache
+    does, so it is a route change. More calls opening connections at the same cost, or no
+    opened call in the baseline to compare, leave the stall rise to name a neighbour."""
+    def window(opened_connect: LogMoments | None, stall: float, ttft: float,
+               calls: float = 20) -> Window:
+        w = Window(calls=calls, ttft=ttft, stall=stall,
+                   phases={"queue": 0.003, "connect": 0.1, "prefill": 0.055, "server": 0.2})
+        w.logs = {"ttft": LogMoments(calls, math.log(ttft), 0.3)}
+        if opened_connect is not None:
+            w.logs[OPENED] = opened_connect
+        return w
+
+    strict = replace(DEFAULT, min_calls=5)
+    base = window(LogMoments(1.03, math.log(0.016), 0.07), stall=0.07, ttft=0.137, calls=49)
+    far = window(LogMoments(19.1, math.log(0.138), 0.066), stall=0.125, ttft=0.385)
+    found = classify("deepseek-r1", "chat", far, base, strict)
+    assert found is not None and found.cause == "route_change", found
+    same_cost = window(LogMoments(19.1, math.log(0.016), 0.066), stall=0.125, ttft=0.385)
+    found = classify("deepseek-r1", "chat", same_cost, base, strict)
+    assert found is not None and found.cause == "noisy_neighbour", found
+    unseen = window(None, stall=0.07, ttft=0.137, calls=49)
+    found = classify("deepseek-r1", "chat", far, unseen, strict)
+    assert found is not None and found.cause == "noisy_neighbour", found
+
+
+def test_a_move_to_a_new_upstream_needs_less_evidence_of_the_rise() -> None:
+    """A long-prompt route moved to a farther region: its TTFT ×1.6 over two dozen calls reads
+    under 3.5 log standard errors (prompts spread it wide), but every call reached an upstream
+    the baseline never saw: a route change. Without the new upstream the same rise is no
+    finding."""
+    def window(ttft: float, calls: float, share: float | None) -> Window:
+        w = Window(calls=calls, ttft=ttft, stall=0.09, new_upstream_share=share,
+                   phases={"queue": 0.003, "prefill": 0.8, "server": 0.3})
+        w.logs = {"ttft": LogMoments(calls, math.log(ttft), 0.6)}
+        return w
+
+    base = window(0.85, 50, None)
+    moved = window(1.4, 18, 1.0)
+    z = rise_in_standard_errors(moved.logs["ttft"], base.logs["ttft"])
+    assert z is not None and DEFAULT.explained_z <= z < DEFAULT.degraded_z
+    found = classify("deepseek-r1", "summarize", moved, base, replace(DEFAULT, min_calls=5))
+    assert found is not None and found.cause == "route_change", found
+    stayed = window(1.4, 18, 0.0)
+    assert classify("deepseek-r1", "summarize", stayed, base, replace(DEFAULT, min_calls=5)) is None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,13 +29,15 @@ from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
 from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.diagnose.causes import DEFAULT, SIGNALS_BY_KEY, UNKNOWN
+from exporter._internal.diagnose.causes import DEFAULT, SIGNALS_BY_KEY
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.generate.files import RULE_FILES, generate
 from exporter._internal.generate.panels import TOP
 from exporter._internal.promql import CLASSIC
 from tests.support import skip_or_fail
-from tests.support.incident_day import CALM, CONFIG, PHASE, WINDOW, played_day
+from tests.support.incident_day import (CALM, CONFIG, MIN_CALLS, PHASE, SKIP, TARGETS,
+                                        WINDOW, acceptable, alert_findings, live,
+                                        played_day)
 from tests.support.prometheus import PrometheusServer, grafana_expr, require_prometheus
 from tests.test_alerts import recorded_names
 from tests.test_dashboards import CALL_UIDS
@@ -144,11 +147,36 @@ def test_every_rule_is_healthy_recorded_and_in_range(day: dict[str, Any]) -> Non
         for labels, v in found:
             assert not math.isnan(v), (record, labels)
             if record.startswith("slo:sli_error:"):
-                assert 0 <= v <= 1, (record, labels, v)
+                assert 0 <= v <= 1, (record, labels, v, below_zero(day, dict(labels)))
             elif "burn_rate" in record or record.endswith(":p99_rate5m"):
-                assert v >= 0, (record, labels, v)
+                assert v >= 0, (record, labels, v, below_zero(day, dict(labels)))
             elif record == "slo:period_error_budget_remaining:ratio":
-                assert v <= 1, (record, labels, v)
+                assert v <= 1, (record, labels, v, below_zero(day, dict(labels)))
+
+
+def below_zero(d: dict[str, Any], labels: dict[str, str]) -> list[Any]:
+    """Where an SLI's error ratio read below zero (more good calls than calls): each such 5m
+    ratio, and the raw samples of its good bucket and count around it, so a failure says
+    which scrape did it."""
+    prom, start, end = d["prom"], d["start"], d["end"]
+    scope = ",".join(f'{k}="{labels[k]}"' for k in ("sli", "model", "route") if k in labels)
+    out: list[Any] = []
+    for series in prom.query_range(f"slo:sli_error:ratio_rate5m{{{scope}}} < 0", start, end,
+                                   1.0)[:3]:
+        m = series["metric"]
+        at = float(series["values"][0][0])
+        out.append({"ratio": m, "values": series["values"][:3]})
+        rule = next((r for g in prom.rules() for r in g["rules"]
+                     if r["name"] == "slo:sli_error:ratio_rate5m"
+                     and r.get("labels", {}).get("sli") == m.get("sli")), None)
+        if rule is None:
+            continue
+        for selector in {f"{name}{{model=\"{m['model']}\",route=\"{m['route']}\"{extra}}}"
+                         for name, extra in re.findall(r"(llm_\w+)\{([^}]*)\}", rule["query"])
+                         for extra in [("," + extra) if "le=" in extra else ""]}:
+            for raw in prom.query(f"{selector}[6s]", at=at + 1):
+                out.append({"series": raw["metric"], "samples": raw["values"]})
+    return out
 
 
 def over(d: dict[str, Any], incident: str | None, title: str, since: float = 4.0,
@@ -292,45 +320,6 @@ MOVES = {
 
 # --- diagnose and LLMTTFTLikelyCause: the same Prometheus, each incident named ----------------
 
-#: Seconds skipped at a phase's start: calls started before it end in its first seconds.
-SKIP = 4.0
-#: Calls a (model, route) needs in each window: each gets ~1.1 calls/s, ~23 in a 21 s incident
-#: window and fewer while a tenant idles. The decision's standard-error gate, not this
-#: minimum, keeps a few calls' noise from reading as a rise.
-MIN_CALLS = 5
-
-#: How long after its phase an incident may still be named: its last calls end (a surged
-#: prompt on deepseek-r1 takes seconds), the rules' windows follow and their chain (signals,
-#: decision, alert: a few evaluations of 1 s, more on a loaded machine), and a cold tenant's
-#: caches rewarm.
-TAIL = 2 * WINDOW + 5
-
-#: Each incident's target: the findings that may name its cause (and its tenants).
-TARGETS = {
-    "prefill_surge": lambda f: f["route"] == "search",
-    "cold_cache": lambda f: f["tenants"] == ["tenant-01"],
-    "noisy_neighbour": lambda f: f["model"] == "llama-3-8b" and f["tenants"] == [],
-    "route_change": lambda f: f["model"] == "deepseek-r1" and f["tenants"] == [],
-}
-
-
-def live(d: dict[str, Any], start: float, end: float) -> list[str]:
-    """The incidents whose phase, or its TAIL, overlaps [start, end] (seconds into the day)."""
-    return [p.incident for p in d["schedule"].phases
-            if p.incident and p.start <= end and start <= p.start + p.seconds + TAIL]
-
-
-def acceptable(f: dict[str, Any], incidents: list[str]) -> bool:
-    """A named cause is right only as the cause of a live incident, on its target.
-    `unknown` (a rise that fits no cause: the decision names nothing) is accepted while an
-    incident is live, anywhere: one process runs the load, the provider and the
-    exporter on a shared machine, and an incident moves more than its target (a cold tenant's
-    caches rewarm after its phase, on every model). In the calm, nothing is accepted."""
-    if f["cause"] == UNKNOWN:
-        return bool(incidents)
-    return any(TARGETS[i](f) and f["cause"] == i for i in incidents)
-
-
 def diagnosed(d: dict[str, Any], at: float, since: float, baseline_at: float,
               baseline: float) -> list[dict[str, Any]]:
     """diagnose's findings (as `--json` prints them) over the `since` seconds ending `at`
@@ -366,7 +355,8 @@ def test_diagnose_names_each_incidents_cause_on_its_target_only(
     end = phase.start + phase.seconds
     findings = diagnosed(day, end, phase.seconds - SKIP, CALM, CALM - SKIP)
     on = [f for f in findings if f["cause"] == incident and TARGETS[incident](f)]
-    wrong = [f for f in findings if not acceptable(f, live(day, phase.start + SKIP, end))]
+    now = live(day["schedule"], phase.start + SKIP, end)
+    wrong = [f for f in findings if not acceptable(f, now)]
     assert on and not wrong, json.dumps(findings, indent=1)
 
 
@@ -388,17 +378,10 @@ def test_the_likely_cause_alert_names_each_incident_on_its_target_only(
     until = min(time.time(), day["end"] + WINDOW)
     seen = {name: 0 for name in INCIDENTS}
     wrong = []
-    for series in prom.query_range(
-            'ALERTS{alertname="LLMTTFTLikelyCause", alertstate="firing"}',
-            start + WINDOW + PHASE, until, 1.0):
-        m = series["metric"]
-        f = {"model": m["model"], "route": m["route"], "cause": m["cause"],
-             "tenants": [m["tenant"]] if "tenant" in m else []}
-        for at, _ in series["values"]:
-            t = float(at) - start
-            if not acceptable(f, live(day, t, t)):
-                wrong.append((round(t), f))
-            elif f["cause"] in seen:
-                seen[f["cause"]] += 1
+    for t, f in alert_findings(prom, start, until):
+        if not acceptable(f, live(day["schedule"], t, t)):
+            wrong.append((round(t), f))
+        elif f["cause"] in seen:
+            seen[f["cause"]] += 1
     assert not wrong, wrong
     assert all(seen.values()), seen

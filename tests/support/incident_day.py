@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -27,6 +28,7 @@ from exporter._internal.config.settings import Config
 from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import MODELS, LoadShape
+from exporter._internal.diagnose.causes import UNKNOWN
 from tests.support.calm_run import free_port
 from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, scrape_config
@@ -132,3 +134,59 @@ def played_day(cfg: Config, rule_files: Iterable[Path] = ()) -> Iterator[PlayedD
         end = time.time()
         demo.stop_load()  # the day is over: the readers read what Prometheus recorded
         yield PlayedDay(prom, schedule, start, end, log)
+
+
+# --- judging a finding on the day ------------------------------------------------------------
+
+#: Seconds skipped at a phase's start: calls started before it end in its first seconds.
+SKIP = 4.0
+#: Calls a (model, route) needs in each window: each gets ~1.1 calls/s, ~23 in a 21 s incident
+#: window and fewer while a tenant idles. The decision's standard-error gate, not this
+#: minimum, keeps a few calls' noise from reading as a rise.
+MIN_CALLS = 5
+
+#: How long after its phase an incident may still be named: its last calls end (a surged
+#: prompt on deepseek-r1 takes seconds), the rules' windows follow and their chain (signals,
+#: decision, alert: a few evaluations of 1 s, more on a loaded machine), and a cold tenant's
+#: caches rewarm.
+TAIL = 2 * WINDOW + 5
+
+#: Each incident's target: the findings that may name its cause (and its tenants).
+TARGETS = {
+    "prefill_surge": lambda f: f["route"] == "search",
+    "cold_cache": lambda f: f["tenants"] == ["tenant-01"],
+    "noisy_neighbour": lambda f: f["model"] == "llama-3-8b" and f["tenants"] == [],
+    "route_change": lambda f: f["model"] == "deepseek-r1" and f["tenants"] == [],
+}
+
+
+def live(schedule: IncidentDay, start: float, end: float) -> list[str]:
+    """The incidents whose phase, or its TAIL, overlaps [start, end] (seconds into the day)."""
+    return [p.incident for p in schedule.phases
+            if p.incident and p.start <= end and start <= p.start + p.seconds + TAIL]
+
+
+def acceptable(f: dict[str, Any], incidents: list[str]) -> bool:
+    """A named cause is right only as the cause of a live incident, on its target.
+    `unknown` (a rise that fits no cause: the decision names nothing) is accepted while an
+    incident is live, anywhere: one process runs the load, the provider and the
+    exporter on a shared machine, and an incident moves more than its target (a cold tenant's
+    caches rewarm after its phase, on every model). In the calm, nothing is accepted."""
+    if f["cause"] == UNKNOWN:
+        return bool(incidents)
+    return any(TARGETS[i](f) and f["cause"] == i for i in incidents)
+
+
+def alert_findings(prom: PrometheusServer, start: float, until: float
+                   ) -> Iterator[tuple[float, dict[str, Any]]]:
+    """(seconds into the day, finding as diagnose prints it) for every second LLMTTFTLikelyCause
+    fired, from when the rules compare the calm with itself (a window and the offset in) to
+    `until` (unix seconds)."""
+    for series in prom.query_range(
+            'ALERTS{alertname="LLMTTFTLikelyCause", alertstate="firing"}',
+            start + WINDOW + PHASE, until, 1.0):
+        m = series["metric"]
+        f = {"model": m["model"], "route": m["route"], "cause": m["cause"],
+             "tenants": [m["tenant"]] if "tenant" in m else []}
+        for at, _ in series["values"]:
+            yield float(at) - start, f

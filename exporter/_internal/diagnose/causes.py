@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .. import names
 from ..config.settings import AlertingConfig
 from ..promql import HistogramMode, by, over, regex, runbook_url, selector
-from .noise import LogMoments, rise_in_standard_errors
+from .noise import LogMoments, rise_in_standard_errors, rise_over_one_call
 
 PREFILL_SURGE = "prefill_surge"
 COLD_CACHE = "cold_cache"
@@ -75,10 +75,12 @@ class Thresholds:
     #: few dozen calls of a route that mixes cached and uncached prompts moves by more than
     #: 25 % on its own (each call's spread is read from the log values in its buckets).
     degraded_z: float = 3.5
-    #: ...or by this many where a prefill surge's own signals hold (the uncached work per call
-    #: rose clearly, the prefill with it at the server's usual speed): the rise's mechanism is
-    #: measured on its own, and a surge of the prompts' new part makes TTFT a mix of calls
-    #: that carry it and calls that do not, whose log values spread wide.
+    #: ...or by this many where the rise's mechanism is measured on its own: a prefill surge's
+    #: signals hold (the uncached work per call rose clearly, the prefill with it at the
+    #: server's usual speed), or most calls reached an upstream the baseline did not see. A
+    #: surge of the prompts' new part makes TTFT a mix of calls that carry it and calls that
+    #: do not, and a long-prompt route's TTFT spreads wide with its prompts: a real rise reads
+    #: few log standard errors over two dozen calls.
     explained_z: float = 2.0
     #: route_change: share of the route's calls that reached an upstream unseen in the
     #: baseline,
@@ -322,17 +324,27 @@ def surge_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[st
         and _rose(value, base.tenant_uncached_per_call.get(tenant), t.input_factor, 0.0))
 
 
-def _connect_rose(now: Window, base: Window, t: Thresholds) -> bool:
+def _connection_costlier(now: Window, base: Window, t: Thresholds) -> bool | None:
     """A connection costs more: the connect phase of the calls that opened one (its geometric
-    mean) rose past `connect_factor`, `connect_min_seconds` and `degraded_z` standard errors.
-    More calls opening connections at the same cost (longer streams hold the pool's, a burst
-    of concurrency) is no route change. Without calls that opened one in both windows: the
-    connect phase's mean over every call."""
+    mean) rose past `connect_factor`, `connect_min_seconds` and `degraded_z` standard errors
+    (a baseline of one such call read with the diagnosed window's spread). None without
+    calls that opened one in both windows. More calls opening connections at the same cost
+    (longer streams hold the pool's, a burst of concurrency) is no route change, and a
+    handshake is the provider's front door, not its batch: no surge, cold cache or neighbour
+    makes each one dearer."""
     a, b = now.logs.get(OPENED), base.logs.get(OPENED)
-    if a is not None and b is not None and a.calls >= 2 and b.calls >= 2:
-        z = rise_in_standard_errors(a, b)
-        return _rose(math.exp(a.mean), math.exp(b.mean), t.connect_factor,
-                     t.connect_min_seconds) and z is not None and z >= t.degraded_z
+    z = rise_over_one_call(a, b)
+    if a is None or b is None or z is None:
+        return None
+    return _rose(math.exp(a.mean), math.exp(b.mean), t.connect_factor,
+                 t.connect_min_seconds) and z >= t.degraded_z
+
+
+def _connect_mean_rose(now: Window, base: Window, t: Thresholds) -> bool:
+    """The connect phase's mean over every call rose past `connect_factor`,
+    `connect_min_seconds` and `degraded_z` standard errors: where no call opened a connection
+    in one of the windows. Longer calls raise it too (each holds a pooled connection longer,
+    so more calls open one): the caller rules those out first."""
     z = rise_z(now, base, CONNECT)
     return _rose(now.phases.get(CONNECT), base.phases.get(CONNECT), t.connect_factor,
                  t.connect_min_seconds) and (z is None or z >= t.degraded_z)
@@ -377,7 +389,9 @@ def classify(model: str, route: str, now: Window, base: Window,
     if now.calls < t.min_calls or base.calls < t.min_calls:
         return None
     surge = _surge(now, base, t)
-    gate = t.explained_z if surge else t.degraded_z
+    moved = now.new_upstream_share is not None and \
+        now.new_upstream_share >= t.new_upstream_share
+    gate = t.explained_z if surge or moved else t.degraded_z
     route_degraded = _degraded(now, base, "ttft", t, gate) or \
         _degraded(now, base, "first_answer", t, gate)
     slower = slower_tenants(now, base, t)
@@ -410,12 +424,15 @@ def classify(model: str, route: str, now: Window, base: Window,
     starved = _rose(now.phases.get(QUEUE), base.phases.get(QUEUE), t.queue_factor,
                     t.queue_min_seconds)
     slower_server = not starved and _server_slower(now, base, t)
-    # A new upstream is a fact and comes first; a connect phase that rose alone only where
-    # nothing else explains it: longer calls (more uncached work, a slower server, a cold
-    # cache) hold more connections open, and each new one costs a connect.
+    # A new upstream is a fact and comes first; then dearer connections (unless the client
+    # stamps every phase late); the connect mean over every call only where nothing else
+    # explains it: longer calls (more uncached work, a slower server, a cold cache) hold
+    # more connections open, and each new one costs a connect.
+    costlier = _connection_costlier(now, base, t)
     if (new_share is not None and new_share >= t.new_upstream_share) or \
-            (not cold and not surge and not slower_server and not starved
-             and _connect_rose(now, base, t)):
+            (not starved and costlier) or \
+            (costlier is None and not cold and not surge and not slower_server
+             and not starved and _connect_mean_rose(now, base, t)):
         cause, tenants = ROUTE_CHANGE, []
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)

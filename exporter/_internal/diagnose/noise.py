@@ -77,3 +77,18 @@ def rise_in_standard_errors(now: LogMoments | None, base: LogMoments | None) -> 
     if error == 0:
         return math.inf if difference > 0 else 0.0
     return difference / error
+
+
+def rise_over_one_call(now: LogMoments | None, base: LogMoments | None) -> float | None:
+    """`rise_in_standard_errors` where the baseline holds one call (between one and two, as
+    a rate over a window reads it): its variance is read as `now`'s, the one window that has
+    one. None where `now` has fewer than two calls or the baseline under one."""
+    if now is None or base is None or now.calls < 2 or base.calls < 1:
+        return None
+    if base.calls >= 2:
+        return rise_in_standard_errors(now, base)
+    error = math.sqrt(now.variance / now.calls + now.variance / base.calls)
+    difference = now.mean - base.mean
+    if error == 0:
+        return math.inf if difference > 0 else 0.0
+    return difference / error

@@ -96,7 +96,7 @@ def families(rec: Store, scrape_seconds: float = 0.0) -> Iterator[Metric]:
         les = [textformat.number(fam.to_unit(b)) for b in state.layout.boundaries]
         hist_family = HistogramMetricFamily(fam.name, fam.help, labels=state.label_names)
         samples = [(series, sample(fam, hist, exemplars))
-                   for series, hist, exemplars in series_list]
+                   for series, hist, exemplars, _ in series_list]
         for series, now in samples:
             buckets: list = list(zip(les + ["+Inf"], now.cumulative))
             for position, (trace_id, value, timestamp) in (now.exemplars or {}).items():

@@ -21,14 +21,15 @@ one step at a time (each step merges bucket pairs), as client_golang's bucket li
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
 from itertools import compress
 from typing import NamedTuple
 
 from ..record.histogram import Histogram, Layout
+from ..record.native_counts import MAX_SCHEMA, MIN_SCHEMA, NativeCounts, native_index, native_table
 
-MIN_SCHEMA, MAX_SCHEMA = -4, 8
+__all__ = ["MAX_SCHEMA", "MIN_SCHEMA", "ZERO_THRESHOLD", "Converter", "NativeBuckets",
+           "error_bound", "native_index"]
+
 #: Breadth of the zero bucket: client_golang's default (2^-128). Non-zero, so that Prometheus
 #: 2.42 takes even an empty histogram for a native one (it ignores the no-op span).
 ZERO_THRESHOLD = 2.0 ** -128
@@ -43,28 +44,6 @@ class NativeBuckets(NamedTuple):
     deltas: list[int]  # each bucket's count minus the previous bucket's (the first: minus 0)
 
 
-def native_index(value: float, schema: int) -> int:
-    """Index of the native bucket holding `value` > 0 (upper bounds inclusive), as Prometheus
-    computes it: from the value's binary exponent, exact at powers of two."""
-    frac, exp = math.frexp(value)
-    if schema > 0:
-        return bisect_left(_frac_bounds(schema), frac) + ((exp - 1) << schema)
-    key = exp - 1 if frac == 0.5 else exp
-    return (key + (1 << -schema) - 1) >> -schema
-
-
-_FRAC_BOUNDS: dict[int, list[float]] = {}
-
-
-def _frac_bounds(schema: int) -> list[float]:
-    """Upper bounds of the native buckets of one octave as mantissas in [0.5, 1)."""
-    found = _FRAC_BOUNDS.get(schema)
-    if found is None:
-        n = 1 << schema
-        found = _FRAC_BOUNDS[schema] = [2.0 ** (j / n - 1) for j in range(n)]
-    return found
-
-
 def error_bound(schema: int, layout: Layout) -> float:
     """Relative error bound of a quantile estimated from converted counts (module docstring)."""
     return 2.0 ** (2.0 ** -schema) - 1 + 1 / layout.half_count
@@ -73,27 +52,39 @@ def error_bound(schema: int, layout: Layout) -> float:
 class Converter:
     """HDR counts of one layout and unit scale -> native buckets of one schema.
 
-    The native index of every HDR bucket's midpoint is computed once per converter (a few
-    thousand entries); converting a histogram is then a walk over its non-empty HDR buckets.
+    The native index of every HDR bucket's midpoint is computed once per layout, scale and
+    schema (native_counts.native_table, a few thousand entries). A series' native counts are
+    usually kept beside its HDR counts (native_counts.py) and only encoded here; converting a
+    histogram from scratch walks its stored HDR buckets in C and its non-empty ones in Python.
     """
 
     def __init__(self, layout: Layout, scale: int, schema: int, max_buckets: int):
-        if not MIN_SCHEMA <= schema <= MAX_SCHEMA:
-            raise ValueError(f"native schema must be between {MIN_SCHEMA} and {MAX_SCHEMA}")
         self.schema = schema
         self.max_buckets = max_buckets
         #: HDR index -> native index of its midpoint (index 0 holds only the value 0: unused).
-        self.table = [0] + [
-            native_index((layout.lowest_equivalent(i) + layout.highest_equivalent(i)) / 2 / scale,
-                         schema) for i in range(1, layout.counts_len)]
+        self.table = native_table(layout, scale, schema)
 
-    def convert(self, hist: Histogram) -> NativeBuckets:
+    def convert(self, hist: Histogram, kept: NativeCounts | None = None) -> NativeBuckets:
+        """`hist`'s native buckets: from `kept`, its native counts, when they were kept at
+        this converter's schema; else from its HDR counts, seeding `kept` if it asks for it."""
+        if kept is not None and kept.table is self.table:
+            keys, counts = kept.keys, kept.counts
+            if keys is not None and counts is not None:
+                return self._encode(kept.zero, keys.tolist(), counts.tolist())
+            zero, keys, sums = self._walk(hist)
+            kept.seed(zero, keys, sums)
+            return self._encode(zero, keys, sums)
+        return self._encode(*self._walk(hist))
+
+    def _walk(self, hist: Histogram) -> tuple[int, list[int], list[int]]:
+        """The zero count, and the populated native buckets' indices (ascending) and counts."""
         lo, counts = hist.stored()
         zero = 0
         if lo == 0 and counts:  # index 0 holds the value 0: the zero bucket
             zero, lo, counts = counts[0], 1, counts[1:]
-        # the native index of each non-empty HDR bucket, and its count (both walked in C)
-        native = map(self.table.__getitem__, compress(range(lo, lo + len(counts)), counts))
+        # the native index of each non-empty HDR bucket (the table's slice, selected in C:
+        # no integer object made per stored bucket), and its count
+        native = compress(self.table[lo:lo + len(counts)], counts)
         keys: list[int] = []
         sums: list[int] = []
         last = None
@@ -104,6 +95,10 @@ class Converter:
                 keys.append(k)
                 sums.append(c)
                 last = k
+        return zero, keys, sums
+
+    def _encode(self, zero: int, keys: list[int], sums: list[int]) -> NativeBuckets:
+        """Native buckets of populated `keys` with counts `sums`, coarser past max_buckets."""
         schema = self.schema
         while len(keys) > self.max_buckets and schema > MIN_SCHEMA:
             keys, sums = _coarser(keys, sums)

@@ -21,7 +21,6 @@ a varint: the `encoding=delimited` framing.
 from __future__ import annotations
 
 from functools import lru_cache
-from itertools import chain
 from typing import Sequence
 
 from prometheus_client.core import Metric
@@ -156,17 +155,21 @@ class Encoder:
         (created.py) when known."""
         name = fam.name
         varint = wire.varint
-        native = self._converters[name].convert(now.hist)
+        native = self._converters[name].convert(now.hist, now.native)
         cumulative = now.cumulative
         exemplars = now.exemplars
         marked = {p: _exemplar(e) for p, e in sorted(exemplars.items())} if exemplars else {}
         out = [b"\x08", varint(now.count), b"\x11", wire.double(now.total)]
         # Bucket: cumulative_count (1), upper_bound (2), exemplar (3); +Inf is implied
         bounds = self._bounds[name]
-        if self._classic and not marked:  # (the counts' pieces looked up in C where small)
-            count_pieces = map(_BUCKET_COUNTS.__getitem__ if now.count < len(_BUCKET_COUNTS)
-                               else _bucket_count, cumulative)
-            out += chain.from_iterable(zip(count_pieces, bounds))
+        if self._classic and not marked:  # (the counts' pieces looked up in C where small,
+            # interleaved with the bounds by slice assignment: no tuple per bucket)
+            n = len(bounds)
+            buckets = [b""] * (2 * n)
+            buckets[::2] = map(_BUCKET_COUNTS.__getitem__ if now.count < len(_BUCKET_COUNTS)
+                               else _bucket_count, cumulative[:n])
+            buckets[1::2] = bounds
+            out += buckets
         else:  # without classic buckets, a bucket is sent for an exemplar alone
             for position, bound in enumerate(bounds):
                 exemplar = marked.get(position)
@@ -199,9 +202,11 @@ class Encoder:
         # Counter: value (1), created_timestamp (3)
         created_field = b"" if stamp is None else wire.field(b"\x1a", stamp)
         counter_key = b"\x1a" + varint(9 + len(created_field)) + b"\x09"
-        counters = [wire.field(b"\x22", label_fields + le + counter_key + wire.double(count) +
-                               created_field)
-                    for le, count in zip(les, counts)]
+        size = len(label_fields) + len(counter_key) + 8 + len(created_field)  # but the `le`
+        counters: list[bytes] = []
+        for le, count in zip(les, counts):  # (one join for all: no concatenation per piece)
+            counters += (b"\x22", varint(size + len(le)), label_fields, le, counter_key,
+                         wire.double(count), created_field)
         return family, b"".join(counters)
 
     def window(self, labels: Sequence[tuple[str, str]], quantiles: Sequence[float],

@@ -3,8 +3,9 @@ OpenMetrics, the protobuf format and the prometheus_client families are all rend
 
 What a format shows of a histogram is the same in all of them: a cumulative count at each `le`
 boundary and at +Inf (the count), the sum in the family's unit, the latest exemplar of each
-`le` bucket; the protobuf format adds the native buckets, read from the HDR counts. Computing it
-once per changed series keeps the formats from drifting (tests/test_exposition.py proves their
+`le` bucket; the protobuf format adds the native buckets, read from the native counts the
+store keeps for the series, or else from the HDR counts. Computing it once per changed series
+keeps the formats from drifting (tests/test_exposition.py proves their
 bytes against prometheus_client's and against each other).
 """
 
@@ -15,6 +16,7 @@ from typing import NamedTuple
 from .. import names
 from ..record.exemplar import Exemplar
 from ..record.histogram import Histogram, Layout
+from ..record.native_counts import NativeCounts
 
 
 class Sample(NamedTuple):
@@ -27,14 +29,17 @@ class Sample(NamedTuple):
     exemplars: dict[int, Exemplar] | None
     #: The HDR counts themselves (the native buckets of the protobuf format).
     hist: Histogram
+    #: The series' native counts for the protobuf format (store.Snapshot.native), or None.
+    native: NativeCounts | None = None
 
 
 def sample(family: names.Family, hist: Histogram,
-           exemplars: dict[int, Exemplar] | None = None) -> Sample:
+           exemplars: dict[int, Exemplar] | None = None,
+           native: NativeCounts | None = None) -> Sample:
     """The sample of one series' histogram snapshot (a private copy: nothing else holds it)."""
     cumulative = hist.cumulative_at()
     cumulative.append(hist.count)
-    return Sample(cumulative, hist.count, family.to_unit(hist.total), exemplars, hist)
+    return Sample(cumulative, hist.count, family.to_unit(hist.total), exemplars, hist, native)
 
 
 def zero(family: names.Family, layout: Layout,

@@ -136,7 +136,8 @@ class Renderer:
         stale = [series for series in series_list if series not in cache or (
             cache[series].protobuf is None if protobuf else cache[series].text is None)]
         if stale:  # changed before this renderer existed, while it rendered, or in another format
-            self._update(self.recorder.snapshot_of(stale), protobuf, changed=False)
+            self._update(self.recorder.snapshot_of(stale, native=protobuf), protobuf,
+                         changed=False)
         return [cache[series] for series in series_list]
 
     def _debut(self, series_list: list[Series], cache: list[_Cached], watermark: int
@@ -190,7 +191,7 @@ class Renderer:
         from .protobuf import delimited, header, small_family
 
         rec = self.recorder
-        changed, current_slice = rec.take_changed()
+        changed, current_slice = rec.take_changed(native=True)
         self._update(changed, protobuf=True)
         out: list[bytes] = []
         slo_parts: dict[str, list[bytes]] = {}
@@ -265,7 +266,7 @@ class Renderer:
                 ) -> None:
         """Render these series afresh in one format (their window lines follow); when they
         `changed`, the other format is stale."""
-        for series, hist, exemplars in snapshot:
+        for series, hist, exemplars, native in snapshot:
             cached = self._cache.get(series)
             if cached is None:
                 pairs = list(zip(series.state.label_names, series.values))
@@ -274,7 +275,7 @@ class Renderer:
                     series.state.family.name, textformat.labels(pairs), pairs, born,
                     None if born == 0 else self._created.previous_read)
             family = series.state.family
-            now = sample(family, hist, exemplars)
+            now = sample(family, hist, exemplars, native)
             cached.exemplars = exemplars
             if protobuf:
                 cached.protobuf = self.encoder.histogram(family, cached.pairs, now,

@@ -334,7 +334,7 @@ class Aggregator:
         rec = self.recorder
         delta = Delta(worker=SNAPSHOT_WORKER, final=True)
         for state in rec.families.values():
-            for series, hist, exemplars in rec.snapshot(state):
+            for series, hist, exemplars, _ in rec.snapshot(state):
                 if hist.count:
                     key = (state.family.name, series.values)
                     delta.histograms[key] = hist

@@ -16,7 +16,8 @@ so nothing waits for the next call.
 Memory bound (docs/metrics.md): every series holds at most `counts_len × 8` bytes of counters
 (32-bit until a bucket passes 4e9), in practice the span of octaves its values cover × 128 × 4
 bytes; windowed families hold up to `window.slices` slices of raw values (at most 256 each) or
-HDR counters. The number of series is capped by `labels.max_series`, and so is each counter's
+HDR counters; a series scraped as protobuf keeps its native counts too (native_counts.py: 8
+bytes per populated native bucket). The number of series is capped by `labels.max_series`, and so is each counter's
 number of rows; tenants by `labels.max_tenants` per (model, route).
 """
 
@@ -33,6 +34,7 @@ from .clock import SYSTEM, Clock
 from .exemplar import Exemplar
 from .guard import LabelGuard
 from .histogram import Histogram, WindowPart
+from .native_counts import NativeCounts, native_table
 from .schema import Schema
 from .series import FamilyState, Series
 
@@ -43,8 +45,15 @@ PENDING_MAX = 64
 Row = tuple[str, ...]
 #: Every counter's rows, by counter name (names.COUNTERS).
 Rows = dict[str, dict[Row, int]]
-#: A series with private copies of its histogram and exemplars (a reader's snapshot).
-Snapshot = tuple[Series, Histogram, "dict[int, Exemplar] | None"]
+class Snapshot(NamedTuple):
+    """A series with private copies of its histogram and exemplars (a reader's snapshot)."""
+
+    series: Series
+    hist: Histogram
+    exemplars: dict[int, Exemplar] | None
+    #: For a protobuf reader: a copy of the kept native counts, or counts to seed (`counts`
+    #: None) from `hist`; None for the other readers.
+    native: NativeCounts | None = None
 
 
 class Counts(NamedTuple):
@@ -230,18 +239,19 @@ class Store:
         """Id of the window slice now (slices are `window.seconds / window.slices` long)."""
         return self.clock.monotonic_ns() // self.slice_ns
 
-    def take_changed(self) -> tuple[list[Snapshot], int]:
+    def take_changed(self, native: bool = False) -> tuple[list[Snapshot], int]:
         """The series changed since the previous call, each with private copies of its
-        histogram and exemplars, and the current window slice id."""
+        histogram and exemplars (and with `native`, of its native counts), and the current
+        window slice id."""
         with self.held:
             dirty, self.dirty = self.dirty, set()
-            return self._copies(dirty), self.current_slice()
+            return self._copies(dirty, native), self.current_slice()
 
     def window_slices(self, series: Series, current_slice: int) -> list[WindowPart]:
         """Copies of the live window slices of a series."""
         oldest = current_slice - self.keep
         with self.held:
-            series.fold(self.keep)
+            series.read_fold(self.keep)
             return [part.copy() if isinstance(part, Histogram) else array("q", part)
                     for sid, part in (series.slices or ()) if sid > oldest]
 
@@ -250,17 +260,36 @@ class Store:
         with self.held:
             return self._copies(list(state.series.values()))
 
-    def snapshot_of(self, series_list: Iterable[Series]) -> list[Snapshot]:
-        """These series with copies of their histograms and exemplars."""
+    def snapshot_of(self, series_list: Iterable[Series], native: bool = False
+                    ) -> list[Snapshot]:
+        """These series with copies of their histograms and exemplars (and with `native`, of
+        their native counts)."""
         with self.held:
-            return self._copies(list(series_list))
+            return self._copies(list(series_list), native)
 
-    def _copies(self, series_list: Iterable[Series]) -> list[Snapshot]:
+    def _copies(self, series_list: Iterable[Series], native: bool = False) -> list[Snapshot]:
+        """Each series folded and copied; for a protobuf reader (`native`) with a copy of its
+        kept native counts, or, where it has none, new ones for this reader alone to seed."""
         out = []
+        keep = self.keep
         for series in series_list:
-            series.fold(self.keep)
-            out.append((series, series.hist.copy(),
-                        dict(series.exemplars) if series.exemplars else None))
+            series.read_fold(keep)
+            hist = series.hist
+            kept = None
+            if native:
+                kept = series.native
+                if kept is None or kept.counts is None:  # (one reader seeds each)
+                    state = series.state
+                    table = state.native_table
+                    if table is None:
+                        table = state.native_table = native_table(
+                            state.layout, state.family.scale,
+                            self.config.histograms.native_schema)
+                    kept = series.native = NativeCounts(table, hist, hist.count)
+                else:
+                    kept = kept.copy()
+            out.append(Snapshot(series, hist.copy(),
+                                dict(series.exemplars) if series.exemplars else None, kept))
         return out
 
     def series_of(self, state: FamilyState) -> list[Series]:
@@ -276,7 +305,7 @@ class Store:
 
     def folded_copies(self, state: FamilyState) -> list[tuple[Series, Histogram]]:
         """Every series of a family with a copy of its up-to-date histogram."""
-        return [(series, hist) for series, hist, _ in self.snapshot(state)]
+        return [(taken.series, taken.hist) for taken in self.snapshot(state)]
 
     def counts(self) -> Counts:
         """Copies of the counter rows and the series count."""
