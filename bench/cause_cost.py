@@ -505,8 +505,10 @@ def section(rows: list[Row], plan: Plan) -> list[str]:
               f"series and samples, with no arithmetic of the decision's. The decision costs "
               f"{min(over_floor):.1f}–{max(over_floor):.1f}× its floor across the sizes "
               f"({', '.join(f'{x:.1f}×' for x in over_floor)}): "
-              + ("a constant multiple, so what grows faster than the series is Prometheus' "
-                 "reading of them, not the decision." if max(over_floor) <= 1.2 * min(over_floor)
+              + ("its multiple of the floor does not grow with the series, so what grows "
+                 "faster than linear is Prometheus' selecting and reading them, which any "
+                 "query of these series pays, not the decision's arithmetic."
+                 if over_floor[-1] <= 1.1 * over_floor[0]
                  else "the decision's own work grows faster than its reads."),
               "", *_heaviest(large),
               "", f"The cost is per evaluation: `ttft-exporter watch` pays it once per "
