@@ -90,7 +90,7 @@ class Thresholds:
     connect_min_seconds: float = 0.05
     #: prefill_surge: uncached input tokens per call and the prefill phase's mean, now /
     #: baseline (the server prefills only what its cache does not serve).
-    input_factor: float = 1.5
+    input_factor: float = 1.4
     prefill_factor: float = 1.25
     #: ...and the server's prefill speed unchanged: seconds per 1k uncached tokens at most
     #: this many times the baseline's (a prefill that outgrew its uncached work waited on
