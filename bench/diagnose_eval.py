@@ -148,15 +148,16 @@ def gate_false_rate(pairs: int = 4000, calls: int = 30, sigma: float = 1.0,
     return logged / pairs, spread / pairs
 
 
-def _range(text: str) -> range:
+def seed_range(text: str) -> range:
+    """`A:B` on the command line: seeds A to B - 1."""
     start, stop = (int(x) for x in text.split(":"))
     return range(start, stop)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tune", type=_range, default=range(0, 1500))
-    p.add_argument("--held-out", type=_range, default=range(100_000, 103_600))
+    p.add_argument("--tune", type=seed_range, default=range(0, 1500))
+    p.add_argument("--held-out", type=seed_range, default=range(100_000, 103_600))
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
     tuned = detection_thresholds(outcomes(args.tune, args.workers))

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.diagnose_eval import seed_range
 from bench.scenarios import SEND, Calls, draw, scenario, windows
 from exporter._internal import runtime
 from exporter._internal.config.settings import LabelConfig
@@ -418,14 +419,9 @@ def report(cases: list[Case], result: Evaluation) -> list[str]:
     return lines
 
 
-def _range(text: str) -> range:
-    start, stop = (int(x) for x in text.split(":"))
-    return range(start, stop)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=_range, default=range(100_000, 100_040))
+    p.add_argument("--seeds", type=seed_range, default=range(100_000, 100_040))
     p.add_argument("--modes", default=",".join(MODES), help="classic,native")
     args = p.parse_args(argv)
     cases = [prepare(seed) for seed in args.seeds]
