@@ -362,8 +362,8 @@ def test_diagnose_names_each_incidents_cause_on_its_target_only(
 
 @pytest.mark.xfail(strict=False, reason=(
     "known weakness (issue 20, docs/diagnose.md): the watch judges every second against the "
-    "window one phase back, and at some transitions names a wrong cause for 2-3 s (3 days of "
-    "bench.diagnose_day: 2 wrong seconds of 497 named): route_change on llama-3-8b late in the "
+    "window one phase back, and at some transitions names a wrong cause for 2-3 s (6 days of "
+    "bench.diagnose_day: 2 wrong seconds of 964 named): route_change on llama-3-8b late in the "
     "neighbour's freezes, whose loaded client event loop makes each loopback connect slower"))
 def test_the_likely_cause_alert_names_each_incident_on_its_target_only(
         day: dict[str, Any]) -> None:
