@@ -32,10 +32,11 @@ from .sdk_call import HOT_CHAT, HOT_RESPONSES, Endpoint, SdkCall, field
 def chat_classify(chunk: Any, call: SdkCall) -> str | None:
     choices = chunk.choices
     if choices:
-        delta = getattr(choices[0], "delta", None)
-        if delta is not None and delta.content:
+        choice = choices[0]
+        delta = getattr(choice, "delta", None)
+        if delta is not None and delta.content and not getattr(choice, "finish_reason", None):
             return CONTENT
-        return _chat_other(choices, call)
+        return _chat_other(choices, call)  # also the last text that carries the finish reason
     return None  # usage-only chunk
 
 

@@ -26,12 +26,26 @@ from typing import Any
 
 from .sdk_call import HOT_ANTHROPIC, HOT_CHAT, HOT_RESPONSES, SdkCall
 
+#: A pydantic model's fields, read from its instance `__dict__` through the descriptor itself:
+#: no attribute lookup, so none of the two type-attribute-cache lookups that pydantic's
+#: `__getattr__` adds to every attribute read. The SDKs build a chat chunk's `Choice` and
+#: `ChoiceDelta` classes back to back; when their type version tags differ by 8 (about one
+#: process in two) those lookups of the two classes evict each other on every chunk, ~0.5 µs
+#: (docs/performance.md). Reading one of the pair this way breaks the pair.
+try:
+    from pydantic import BaseModel as _BaseModel
+
+    _fields = _BaseModel.__dict__["__dict__"].__get__
+except Exception:  # pragma: no cover - both SDKs depend on pydantic
+    _fields = vars
+
 def sync_tokens(inner: Any, call: SdkCall) -> Any:
     """Yield every event of `inner` unchanged; stamp token events (docs/metrics.md)."""
     t = call.timeline
     append = t.token_times.append
     classify = call.endpoint.classify
     perf = perf_counter_ns
+    fields = _fields
     last = None
     try:
         it = iter(inner)
@@ -52,27 +66,81 @@ def sync_tokens(inner: Any, call: SdkCall) -> Any:
             if broken or t.first_answer_token is not None:
                 break
         hot = call.endpoint.hot
-        chat, responses, anthropic = hot == HOT_CHAT, hot == HOT_RESPONSES, hot == HOT_ANTHROPIC
-        if not broken:  # hot: after the first answer token
+        # Hot: after the first answer token, one loop per wire format (no per-event branch on
+        # the format). Each recognises its plain text delta with the fewest reads of the SDK's
+        # pydantic objects (each read ~75-250 ns, docs/performance.md) and sends anything
+        # else, or anything that raises, to the full classifier.
+        if broken:
+            pass  # an internal failure: the rest passes through below
+        elif hot == HOT_CHAT:
             for chunk in it:
                 now = perf()
-                try:  # the wire format's plain text delta, read inline
-                    if chat:
-                        choices = chunk.choices
-                        text = choices and choices[0].delta.content
-                    elif responses:
-                        text = chunk.type == "response.output_text.delta" and chunk.delta
-                    elif anthropic:
-                        text = chunk.type == "content_block_delta" \
-                            and chunk.delta.type == "text_delta" and chunk.delta.text
+                try:  # the first choice through its `__dict__` (see `_fields`)
+                    choices = chunk.choices
+                    if choices:
+                        first = fields(choices[0])
+                        text = first["finish_reason"] is None and first["delta"].content
                     else:
                         text = None
-                except Exception:  # an unexpected shape: the full classifier decides
+                except Exception:
                     text = None
                 if text:
                     append(now)
                 elif not _other(chunk, call, now):
                     broken = True
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif hot == HOT_ANTHROPIC:
+            # The classes of a text delta event and of its delta, learnt from the stream: the
+            # SDK builds them from the `type` discriminator, so a class identity stands for
+            # both `type` reads (two pydantic reads less per event).
+            event_cls, delta_cls = _anthropic_text(last)
+            for chunk in it:
+                now = perf()
+                try:
+                    if type(chunk) is event_cls:
+                        delta = chunk.delta
+                        text = type(delta) is delta_cls and delta.text
+                    else:
+                        text = None
+                except Exception:
+                    text = None
+                if text:
+                    append(now)
+                else:
+                    if event_cls is None:
+                        event_cls, delta_cls = _anthropic_text(chunk)
+                    if not _other(chunk, call, now):
+                        broken = True
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        elif hot == HOT_RESPONSES:
+            event_cls = _responses_text(last)  # as above: the class stands for `type`
+            for chunk in it:
+                now = perf()
+                try:
+                    text = type(chunk) is event_cls and chunk.delta
+                except Exception:
+                    text = None
+                if text:
+                    append(now)
+                else:
+                    if event_cls is None:
+                        event_cls = _responses_text(chunk)
+                    if not _other(chunk, call, now):
+                        broken = True
+                last = chunk
+                yield chunk
+                if broken:
+                    break
+        else:
+            for chunk in it:
+                now = perf()
+                broken = not _other(chunk, call, now)
                 last = chunk
                 yield chunk
                 if broken:
@@ -87,6 +155,30 @@ def sync_tokens(inner: Any, call: SdkCall) -> Any:
         call.end(exc)
         raise
     call.finish_stream(last)
+
+
+def _anthropic_text(event: Any) -> tuple[Any, Any]:
+    """(class of `event`, class of its delta) when it is a `content_block_delta` carrying a
+    `text_delta`, else (None, None). Never raises."""
+    try:
+        if event.type == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta":
+                return type(event), type(delta)
+    except Exception:
+        pass
+    return None, None
+
+
+def _responses_text(event: Any) -> Any:
+    """The class of `event` when it is a `response.output_text.delta`, else None. Never
+    raises."""
+    try:
+        if event.type == "response.output_text.delta":
+            return type(event)
+    except Exception:
+        pass
+    return None
 
 
 def _other(chunk: Any, call: SdkCall, now: int) -> bool:
