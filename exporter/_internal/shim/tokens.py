@@ -4,12 +4,13 @@ The SDK's stream object iterates a generator (`Stream.__stream__`); the hook (ho
 it with `sync_tokens` / `async_tokens`, which stamp each event and yield the very same object,
 so the stream keeps its type, its `with` protocol and its methods.
 
-`sync_tokens` has two loops. Until the first answer token, every event goes through the
-endpoint's full `classify` (framing, reasoning, first tokens). After it, the hot loop checks the
-common case of the endpoint's wire format inline (a non-empty text delta: no function call) and
-falls back to `classify` for anything else; per event that is a `perf_counter_ns()`, a few
-attribute reads, a list append and our generator's resume. Any internal failure is a counted
-drop and the rest of the stream passes through unmeasured.
+`sync_tokens` has two phases. Until the first answer token, every event goes through the
+endpoint's full `classify` (framing, reasoning, first tokens). After it, a loop of the
+endpoint's wire format (chat, Responses, Anthropic, or the generic one) checks the common case
+inline (a plain, non-empty text delta: no function call) and falls back to `classify` for
+anything else; per event that is a `perf_counter_ns()`, one to three reads of the SDK's
+objects, a list append and our generator's resume. Any internal failure is a counted drop and
+the rest of the stream passes through unmeasured.
 
 `async_tokens` has no loop of its own: it appends each event of the async stream to a list that
 a `sync_tokens` generator iterates (a list iterator follows appends), so one body stamps both
@@ -27,17 +28,18 @@ from typing import Any
 from .sdk_call import HOT_ANTHROPIC, HOT_CHAT, HOT_RESPONSES, SdkCall
 
 #: A pydantic model's fields, read from its instance `__dict__` through the descriptor itself:
-#: no attribute lookup, so none of the two type-attribute-cache lookups that pydantic's
-#: `__getattr__` adds to every attribute read. The SDKs build a chat chunk's `Choice` and
-#: `ChoiceDelta` classes back to back; when their type version tags differ by 8 (about one
-#: process in two) those lookups of the two classes evict each other on every chunk, ~0.5 µs
-#: (docs/performance.md). Reading one of the pair this way breaks the pair.
+#: no attribute lookup, so none of the two type-attribute-cache lookups (`__getattr__`,
+#: `__getattribute__`) that pydantic's `__getattr__` hook adds to every attribute read. Those of
+#: a chat chunk's `Choice` and `ChoiceDelta` (classes built back to back) share cache slots in
+#: most processes and then evict each other on every chunk; reading the choice this way leaves
+#: them nothing to evict (docs/performance.md).
 try:
     from pydantic import BaseModel as _BaseModel
 
     _fields = _BaseModel.__dict__["__dict__"].__get__
 except Exception:  # pragma: no cover - both SDKs depend on pydantic
     _fields = vars
+
 
 def sync_tokens(inner: Any, call: SdkCall) -> Any:
     """Yield every event of `inner` unchanged; stamp token events (docs/metrics.md)."""
