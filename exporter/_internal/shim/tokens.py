@@ -95,16 +95,17 @@ def sync_tokens(inner: Any, call: SdkCall) -> Any:
                 if broken:
                     break
         elif hot == HOT_ANTHROPIC:
-            # The classes of a text delta event and of its delta, learnt from the stream: the
-            # SDK builds them from the `type` discriminator, so a class identity stands for
-            # both `type` reads (two pydantic reads less per event).
-            event_cls, delta_cls = _anthropic_text(last)
+            # The class of a `content_block_delta` event, learnt from the stream: the SDK builds
+            # an event's class from its `type` (an unknown type gets the union's first class,
+            # `message_start`'s), so the class stands for the event's `type` read. Not for the
+            # delta's: an unknown delta type is built as the first delta class, `TextDelta`.
+            event_cls = _anthropic_delta_event(last)
             for chunk in it:
                 now = perf()
                 try:
                     if type(chunk) is event_cls:
                         delta = chunk.delta
-                        text = type(delta) is delta_cls and delta.text
+                        text = delta.type == "text_delta" and delta.text
                     else:
                         text = None
                 except Exception:
@@ -113,7 +114,7 @@ def sync_tokens(inner: Any, call: SdkCall) -> Any:
                     append(now)
                 else:
                     if event_cls is None:
-                        event_cls, delta_cls = _anthropic_text(chunk)
+                        event_cls = _anthropic_delta_event(chunk)
                     if not _other(chunk, call, now):
                         broken = True
                 last = chunk
@@ -121,7 +122,9 @@ def sync_tokens(inner: Any, call: SdkCall) -> Any:
                 if broken:
                     break
         elif hot == HOT_RESPONSES:
-            event_cls = _responses_text(last)  # as above: the class stands for `type`
+            # As above, the class of a `response.output_text.delta` event stands for its `type`
+            # (an unknown type gets the union's first class, `response.audio.delta`'s).
+            event_cls = _responses_text(last)
             for chunk in it:
                 now = perf()
                 try:
@@ -159,17 +162,14 @@ def sync_tokens(inner: Any, call: SdkCall) -> Any:
     call.finish_stream(last)
 
 
-def _anthropic_text(event: Any) -> tuple[Any, Any]:
-    """(class of `event`, class of its delta) when it is a `content_block_delta` carrying a
-    `text_delta`, else (None, None). Never raises."""
+def _anthropic_delta_event(event: Any) -> Any:
+    """The class of `event` when it is a `content_block_delta`, else None. Never raises."""
     try:
         if event.type == "content_block_delta":
-            delta = event.delta
-            if delta.type == "text_delta":
-                return type(event), type(delta)
+            return type(event)
     except Exception:
         pass
-    return None, None
+    return None
 
 
 def _responses_text(event: Any) -> Any:
