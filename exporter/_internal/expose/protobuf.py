@@ -20,7 +20,6 @@ a varint: the `encoding=delimited` framing.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Sequence
 
 from prometheus_client.core import Metric
@@ -30,7 +29,8 @@ from ..config.settings import Config
 from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from ..record.schema import FamilySchema
 from . import protowire as wire, textformat
-from .native import ZERO_THRESHOLD, Converter
+from .native import Converter
+from .native_fields import NativeFields
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from .proto import metrics_pb2 as pb
@@ -39,10 +39,6 @@ from .protowire import varint
 
 _TYPES = {"counter": pb.COUNTER, "gauge": pb.GAUGE, "summary": pb.SUMMARY,
           "histogram": pb.HISTOGRAM, "unknown": pb.UNTYPED}
-#: The no-op span: marks a native histogram without observations for parsers that look for it.
-_NO_OP_SPAN = [(0, 0)]
-#: Histogram field 6, the zero bucket's breadth: the same for every histogram.
-_ZERO_THRESHOLD = b"\x31" + wire.double(ZERO_THRESHOLD)
 
 
 def _bucket_count(count: int) -> bytes:
@@ -52,23 +48,8 @@ def _bucket_count(count: int) -> bytes:
     return b"\x1a" + bytes([len(count_bytes) + 10]) + b"\x08" + count_bytes
 
 
-@lru_cache(maxsize=4096)
-def _span_field(span: tuple[int, int]) -> bytes:
-    """A `positive_span` field (12): BucketSpan offset (1, sint32), length (2). Histograms of
-    one family share most of their spans: the recent ones are kept."""
-    offset, length = span
-    return wire.field(b"\x62", b"\x08" + wire.zigzag(offset) + b"\x10" + varint(length))
-
-
-def _delta_field(delta: int) -> bytes:
-    """A `positive_delta` field (13, sint64)."""
-    return b"\x68" + wire.zigzag(delta)
-
-
-#: The pieces of the small counts and deltas most are, looked up rather than built.
+#: The pieces of the small counts most are, looked up rather than built.
 _BUCKET_COUNTS = [_bucket_count(n) for n in range(len(wire.SMALL))]
-_DELTA_LIMIT = 2048
-_DELTAS = {d: _delta_field(d) for d in range(-_DELTA_LIMIT, _DELTA_LIMIT)}
 
 
 def delimited(header: bytes, metrics: Sequence[bytes]) -> bytes:
@@ -149,13 +130,14 @@ class Encoder:
         return self._last_created[1]
 
     def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample,
-                  created: float | None = None) -> tuple[bytes, bytes]:
+                  created: float | None = None, native: NativeFields | None = None
+                  ) -> tuple[bytes, bytes]:
         """The series' histogram metric, and its SLO counts metrics (b"" for other families),
         each as a one-metric MetricFamily, with `created` as their created timestamp
-        (created.py) when known."""
+        (created.py) when known; `native`: the series' native fields as the previous render
+        encoded them (kept up to date here)."""
         name = fam.name
         varint = wire.varint
-        native = self._converters[name].convert(now.hist, now.native)
         cumulative = now.cumulative
         exemplars = now.exemplars
         marked = {p: _exemplar(e) for p, e in sorted(exemplars.items())} if exemplars else {}
@@ -178,13 +160,8 @@ class Encoder:
                     if exemplar is not None:
                         bucket += wire.field(b"\x1a", exemplar)
                     out += (b"\x1a", varint(len(bucket)), bucket)
-        out += (b"\x28", wire.zigzag(native.schema), _ZERO_THRESHOLD,
-                b"\x38", varint(native.zero_count))
-        # no spans: the no-op span marks it native
-        out += map(_span_field, native.spans or _NO_OP_SPAN)
-        deltas = native.deltas
-        small_deltas = not deltas or -_DELTA_LIMIT <= min(deltas) and max(deltas) < _DELTA_LIMIT
-        out += map(_DELTAS.__getitem__ if small_deltas else _delta_field, deltas)
+        out.append((native or NativeFields()).encode(self._converters[name], now.hist,
+                                                     now.native))
         stamp = None if created is None else self._stamp(created)
         if stamp is not None:
             out.append(wire.field(b"\x7a", stamp))  # created_timestamp (15)
