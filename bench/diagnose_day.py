@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -103,9 +102,9 @@ def score_alert(played: Any, score: Score) -> None:
     count as found if the alert named them at any second of its phase or TAIL; each second
     with no live incident counts PAIRS calm pairs."""
     prom, start = played.prom, played.start
-    until = min(time.time(), played.end + WINDOW)
+    until = played.end + WINDOW
     seen: dict[str, set[tuple[str, str]]] = {name: set() for name in INCIDENTS}
-    for t, f in alert_findings(prom, start, until):
+    for t, f in alert_findings(prom, start, played.end):
         now = live(played.schedule, t, t)
         score.finding(f, now, round(t))
         if not now:

@@ -223,15 +223,23 @@ def _port(text: str) -> int:
     return port
 
 
-def _rate(text: str) -> float:
-    """Calls per second for argparse: a positive number."""
+def _positive(text: str) -> float:
+    """A positive number for argparse (calls per second, seconds)."""
     try:
-        rate = float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not rate > 0:
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    return rate
+    return value
+
+
+def _prometheus_options(p: argparse.ArgumentParser) -> None:
+    """The Prometheus a reading command queries, and how long each query may take."""
+    p.add_argument("--prometheus", required=True, metavar="URL",
+                   help="Prometheus' base URL, e.g. http://prometheus:9090")
+    p.add_argument("--timeout", type=_positive, default=10.0,
+                   help="seconds per Prometheus query (default 10)")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -256,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ttft-exporter.yaml (defaults when absent)")
     p.add_argument("--port", type=_port, default=9469, help="exporter port (default 9469)")
     p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: never)")
-    p.add_argument("--rate", type=_rate, default=10.0,
+    p.add_argument("--rate", type=_positive, default=10.0,
                    help="calls per second, all models together (default 10)")
     p.add_argument("--no-incidents", action="store_true",
                    help="stay calm: do not play the incident day")
@@ -280,8 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_generate)
     p = sub.add_parser("diagnose", help="name the likely cause of a TTFT rise per model and "
                                         "route, from Prometheus (docs/diagnose.md)")
-    p.add_argument("--prometheus", required=True, metavar="URL",
-                   help="Prometheus' base URL, e.g. http://prometheus:9090")
+    _prometheus_options(p)
     p.add_argument("--since", default="15m", metavar="DURATION",
                    help="the window diagnosed, ending now (default 15m)")
     p.add_argument("--baseline", default="1h", metavar="DURATION",
@@ -296,21 +303,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-calls", type=int, default=20,
                    help="calls a model and route needs in each window (default 20, as "
                         "alerting.min_calls)")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds per Prometheus query (default 10)")
     p.set_defaults(func=_diagnose)
     p = sub.add_parser("watch", help="run diagnose's decision every interval and serve it as "
                                      "llm_ttft_likely_cause for the LLMTTFTLikelyCause alert")
-    p.add_argument("--prometheus", required=True, metavar="URL",
-                   help="Prometheus' base URL, e.g. http://prometheus:9090")
+    _prometheus_options(p)
     p.add_argument("--config", help="ttft-exporter.yaml: its alerting windows, job and "
                                     "min_calls (defaults when absent)")
     p.add_argument("--addr", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=9471, help="port (default 9471)")
     p.add_argument("--interval", default="30s", metavar="DURATION",
                    help="how often the decision runs (default 30s)")
-    p.add_argument("--timeout", type=_rate, default=10.0,
-                   help="seconds per Prometheus query (default 10)")
     p.set_defaults(func=_watch)
     p = sub.add_parser("view", help="a local web page of the generated dashboards, drawn from "
                                     "Prometheus, with its firing alerts and diagnose's findings")

@@ -296,6 +296,9 @@ def test_argparse_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[s
                     "invalid int value: 'many'", capsys)
     one_line_exit_2(["diagnose", "--prometheus", "http://127.0.0.1:9", "--no-such-flag"],
                     "unrecognized arguments: --no-such-flag", capsys)
+    # a query timeout of zero or less would fail every query (the watch's check, shared)
+    one_line_exit_2(["diagnose", "--prometheus", "http://127.0.0.1:9", "--timeout", "0"],
+                    "must be above 0", capsys)
 
 
 def test_a_prometheus_without_the_exporters_data_is_an_error(run: dict[str, Any]) -> None:

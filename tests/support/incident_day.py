@@ -150,6 +150,9 @@ MIN_CALLS = 5
 #: decision, alert: a few evaluations of 1 s, more on a loaded machine), and a cold tenant's
 #: caches rewarm.
 TAIL = 2 * WINDOW + 5
+#: Seconds past a window after the day before its alerts are read: the rules' last
+#: evaluations recorded.
+SETTLE = 3.0
 
 #: Each incident's target: the findings that may name its cause (and its tenants).
 TARGETS = {
@@ -177,11 +180,16 @@ def acceptable(f: dict[str, Any], incidents: list[str]) -> bool:
     return any(TARGETS[i](f) and f["cause"] == i for i in incidents)
 
 
-def alert_findings(prom: PrometheusServer, start: float, until: float
+def alert_findings(prom: PrometheusServer, start: float, end: float
                    ) -> Iterator[tuple[float, dict[str, Any]]]:
     """(seconds into the day, finding as diagnose prints it) for every second LLMTTFTLikelyCause
-    fired, from when the rules compare the calm with itself (a window and the offset in) to
-    `until` (unix seconds)."""
+    fired, from when the rules compare the calm with itself (a window and the offset in) to a
+    window after the day's `end` (unix seconds), waited for: the watch still judges the day's
+    last seconds then (the load stops with the day, Prometheus and the watch do not), and its
+    findings reach the alert seconds after its windows (an evaluation, a scrape, the rule's
+    evaluation and its `for`), so an incident at the day's end is named after it."""
+    until = end + WINDOW
+    time.sleep(max(0.0, until + SETTLE - time.time()))
     for series in prom.query_range(
             'ALERTS{alertname="LLMTTFTLikelyCause", alertstate="firing"}',
             start + WINDOW + PHASE, until, 1.0):

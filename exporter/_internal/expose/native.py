@@ -25,7 +25,8 @@ from itertools import compress
 from typing import NamedTuple
 
 from ..record.histogram import Histogram, Layout
-from ..record.native_counts import MAX_SCHEMA, MIN_SCHEMA, NativeCounts, native_index, native_table
+from ..record.native_counts import (MAX_SCHEMA, MIN_SCHEMA, Frozen, NativeCounts, native_index,
+                                    native_table)
 
 __all__ = ["MAX_SCHEMA", "MIN_SCHEMA", "ZERO_THRESHOLD", "Converter", "NativeBuckets",
            "error_bound", "native_index"]
@@ -54,8 +55,9 @@ class Converter:
 
     The native index of every HDR bucket's midpoint is computed once per layout, scale and
     schema (native_counts.native_table, a few thousand entries). A series' native counts are
-    usually kept beside its HDR counts (native_counts.py) and only encoded here; converting a
-    histogram from scratch walks its stored HDR buckets in C and its non-empty ones in Python.
+    usually kept beside its HDR counts (native_counts.py) and only read here (native_fields.py
+    encodes them); converting a histogram from scratch walks its stored HDR buckets in C and
+    its non-empty ones in Python.
     """
 
     def __init__(self, layout: Layout, scale: int, schema: int, max_buckets: int):
@@ -64,17 +66,23 @@ class Converter:
         #: HDR index -> native index of its midpoint (index 0 holds only the value 0: unused).
         self.table = native_table(layout, scale, schema)
 
-    def convert(self, hist: Histogram, kept: NativeCounts | None = None) -> NativeBuckets:
-        """`hist`'s native buckets: from `kept`, its native counts, when they were kept at
-        this converter's schema; else from its HDR counts, seeding `kept` if it asks for it."""
+    def convert(self, hist: Histogram, kept: Frozen | NativeCounts | None = None
+                ) -> NativeBuckets:
+        """`hist`'s native buckets (`counts` says where from)."""
+        return self.encode(*self.counts(hist, kept)[1:])
+
+    def counts(self, hist: Histogram, kept: Frozen | NativeCounts | None
+               ) -> tuple[Frozen | None, int, list[int], list[int]]:
+        """`hist`'s zero count and populated native buckets (ascending indices, counts): read
+        from `kept`, a copy of its native counts, when they were kept at this converter's
+        schema; else converted from its HDR counts, seeding `kept` if it asks for it. First
+        the copy of the kept counts they are (None when there are none)."""
         if kept is not None and kept.table is self.table:
-            keys, counts = kept.keys, kept.counts
-            if keys is not None and counts is not None:
-                return self._encode(kept.zero, keys.tolist(), counts.tolist())
+            if isinstance(kept, Frozen):
+                return (kept, kept.zero, *kept.lists())
             zero, keys, sums = self._walk(hist)
-            kept.seed(zero, keys, sums)
-            return self._encode(zero, keys, sums)
-        return self._encode(*self._walk(hist))
+            return kept.seed(zero, keys, sums), zero, keys, sums
+        return (None, *self._walk(hist))
 
     def _walk(self, hist: Histogram) -> tuple[int, list[int], list[int]]:
         """The zero count, and the populated native buckets' indices (ascending) and counts."""
@@ -97,7 +105,7 @@ class Converter:
                 last = k
         return zero, keys, sums
 
-    def _encode(self, zero: int, keys: list[int], sums: list[int]) -> NativeBuckets:
+    def encode(self, zero: int, keys: list[int], sums: list[int]) -> NativeBuckets:
         """Native buckets of populated `keys` with counts `sums`, coarser past max_buckets."""
         schema = self.schema
         while len(keys) > self.max_buckets and schema > MIN_SCHEMA:

@@ -30,8 +30,8 @@ from ..config.settings import Config
 from ..record.exemplar import LABEL as EXEMPLAR_LABEL, Exemplar
 from ..record.schema import FamilySchema
 from . import protowire as wire, textformat
-from .native import ZERO_THRESHOLD, Converter
-from google.protobuf.timestamp_pb2 import Timestamp
+from .native import Converter
+from .native_fields import NativeFields
 
 from .proto import metrics_pb2 as pb
 from .sample import Sample
@@ -39,10 +39,6 @@ from .protowire import varint
 
 _TYPES = {"counter": pb.COUNTER, "gauge": pb.GAUGE, "summary": pb.SUMMARY,
           "histogram": pb.HISTOGRAM, "unknown": pb.UNTYPED}
-#: The no-op span: marks a native histogram without observations for parsers that look for it.
-_NO_OP_SPAN = [(0, 0)]
-#: Histogram field 6, the zero bucket's breadth: the same for every histogram.
-_ZERO_THRESHOLD = b"\x31" + wire.double(ZERO_THRESHOLD)
 
 
 def _bucket_count(count: int) -> bytes:
@@ -52,23 +48,8 @@ def _bucket_count(count: int) -> bytes:
     return b"\x1a" + bytes([len(count_bytes) + 10]) + b"\x08" + count_bytes
 
 
-@lru_cache(maxsize=4096)
-def _span_field(span: tuple[int, int]) -> bytes:
-    """A `positive_span` field (12): BucketSpan offset (1, sint32), length (2). Histograms of
-    one family share most of their spans: the recent ones are kept."""
-    offset, length = span
-    return wire.field(b"\x62", b"\x08" + wire.zigzag(offset) + b"\x10" + varint(length))
-
-
-def _delta_field(delta: int) -> bytes:
-    """A `positive_delta` field (13, sint64)."""
-    return b"\x68" + wire.zigzag(delta)
-
-
-#: The pieces of the small counts and deltas most are, looked up rather than built.
+#: The pieces of the small counts most are, looked up rather than built.
 _BUCKET_COUNTS = [_bucket_count(n) for n in range(len(wire.SMALL))]
-_DELTA_LIMIT = 2048
-_DELTAS = {d: _delta_field(d) for d in range(-_DELTA_LIMIT, _DELTA_LIMIT)}
 
 
 def delimited(header: bytes, metrics: Sequence[bytes]) -> bytes:
@@ -80,14 +61,6 @@ def delimited(header: bytes, metrics: Sequence[bytes]) -> bytes:
 def header(name: str, help_text: str, kind: str) -> bytes:
     """A MetricFamily without metrics: name, help and type (`counter`, `histogram`...)."""
     return pb.MetricFamily(name=name, help=help_text, type=_TYPES[kind]).SerializeToString()
-
-
-def _labels(pairs: Sequence[tuple[str, str]]) -> list[pb.LabelPair]:
-    return [pb.LabelPair(name=k, value=v) for k, v in pairs]
-
-
-def _stamp(into: Timestamp, unix: float) -> None:
-    into.seconds, into.nanos = divmod(round(unix * 1e9), 1_000_000_000)
 
 
 class Encoder:
@@ -149,13 +122,14 @@ class Encoder:
         return self._last_created[1]
 
     def histogram(self, fam: names.Family, labels: Sequence[tuple[str, str]], now: Sample,
-                  created: float | None = None) -> tuple[bytes, bytes]:
+                  created: float | None = None, native: NativeFields | None = None
+                  ) -> tuple[bytes, bytes]:
         """The series' histogram metric, and its SLO counts metrics (b"" for other families),
         each as a one-metric MetricFamily, with `created` as their created timestamp
-        (created.py) when known."""
+        (created.py) when known; `native`: the series' native fields as the previous render
+        encoded them (kept up to date here)."""
         name = fam.name
         varint = wire.varint
-        native = self._converters[name].convert(now.hist, now.native)
         cumulative = now.cumulative
         exemplars = now.exemplars
         marked = {p: _exemplar(e) for p, e in sorted(exemplars.items())} if exemplars else {}
@@ -178,13 +152,8 @@ class Encoder:
                     if exemplar is not None:
                         bucket += wire.field(b"\x1a", exemplar)
                     out += (b"\x1a", varint(len(bucket)), bucket)
-        out += (b"\x28", wire.zigzag(native.schema), _ZERO_THRESHOLD,
-                b"\x38", varint(native.zero_count))
-        # no spans: the no-op span marks it native
-        out += map(_span_field, native.spans or _NO_OP_SPAN)
-        deltas = native.deltas
-        small_deltas = not deltas or -_DELTA_LIMIT <= min(deltas) and max(deltas) < _DELTA_LIMIT
-        out += map(_DELTAS.__getitem__ if small_deltas else _delta_field, deltas)
+        out.append((native or NativeFields()).encode(self._converters[name], now.hist,
+                                                     now.native))
         stamp = None if created is None else self._stamp(created)
         if stamp is not None:
             out.append(wire.field(b"\x7a", stamp))  # created_timestamp (15)
@@ -226,25 +195,43 @@ def _exemplar(exemplar: Exemplar) -> bytes:
             wire.double(value) + wire.field(b"\x1a", wire.timestamp(timestamp)))
 
 
+@lru_cache(maxsize=1 << 16)
+def _row_labels(pairs: tuple[tuple[str, str], ...]) -> bytes:
+    """A Metric's `label` fields for a counter row's label pairs, sorted by name (the text
+    format's order); rows are many (a request counter has one per series) and the same at
+    every scrape: the recent ones are kept."""
+    return b"".join(wire.field(b"\x0a", wire.label_pair(k, v)) for k, v in sorted(pairs))
+
+
+#: The Metric field holding a family's value: counter (3), gauge (2), else untyped (5).
+_VALUE_FIELDS = {"counter": b"\x1a", "gauge": b"\x12"}
+
+
 def small_family(family: Metric) -> bytes:
     """A prometheus_client family (counters, gauges: the self-metrics), delimited; a counter's
-    `_created` sample (after its value's) is its created timestamp."""
+    `_created` sample (after its value's) is its created timestamp. Written in the wire format
+    directly, as the series are: byte for byte what the client_model messages serialize
+    (tests/test_protowire.py), at a fraction of building one message object per row."""
     kind = family.type
-    name = family.name + "_total" if kind == "counter" else family.name
-    out = pb.MetricFamily(name=name, help=family.documentation,
-                          type=_TYPES.get(kind, pb.UNTYPED))
-    metric = None
+    counter = kind == "counter"
+    name = family.name + "_total" if counter else family.name
+    value_field = _VALUE_FIELDS.get(kind, b"\x2a")
+    double = wire.double
+    rows: list[list[bytes]] = []  # per row: its label fields, value (1), created (3)
+    stamped: tuple[float | None, bytes] = (None, b"")  # (rows created at one read share it)
     for sample in family.samples:
         if sample.name != name:
-            if metric is not None and kind == "counter":
-                _stamp(metric.counter.created_timestamp, sample.value)
+            if rows and counter:
+                if sample.value != stamped[0]:
+                    stamp = wire.timestamp(sample.value)
+                    stamped = (sample.value, b"\x1a" + varint(len(stamp)) + stamp)
+                rows[-1][3:] = (stamped[1],)
             continue
-        metric = out.metric.add(label=_labels(sorted(sample.labels.items())))
-        if kind == "counter":
-            metric.counter.value = sample.value
-        elif kind == "gauge":
-            metric.gauge.value = sample.value
-        else:
-            metric.untyped.value = sample.value
-    data = out.SerializeToString()
+        rows.append([_row_labels(tuple(sample.labels.items())), b"\x09", double(sample.value)])
+    metrics = [header(name, family.documentation, kind if kind in _TYPES else "unknown")]
+    for row in rows:
+        value = b"".join(row[1:])
+        metric = b"".join((row[0], value_field, varint(len(value)), value))
+        metrics += (b"\x22", varint(len(metric)), metric)
+    data = b"".join(metrics)
     return varint(len(data)) + data

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from .. import names
 from ..record.exemplar import Exemplar
 from ..record.histogram import Histogram, Layout
-from ..record.native_counts import NativeCounts
+from ..record.native_counts import Frozen, NativeCounts
 
 
 class Sample(NamedTuple):
@@ -29,13 +29,14 @@ class Sample(NamedTuple):
     exemplars: dict[int, Exemplar] | None
     #: The HDR counts themselves (the native buckets of the protobuf format).
     hist: Histogram
-    #: The series' native counts for the protobuf format (store.Snapshot.native), or None.
-    native: NativeCounts | None = None
+    #: The series' native counts for the protobuf format (store.Snapshot.native: a copy, or
+    #: counts to seed), or None.
+    native: Frozen | NativeCounts | None = None
 
 
 def sample(family: names.Family, hist: Histogram,
            exemplars: dict[int, Exemplar] | None = None,
-           native: NativeCounts | None = None) -> Sample:
+           native: Frozen | NativeCounts | None = None) -> Sample:
     """The sample of one series' histogram snapshot (a private copy: nothing else holds it)."""
     cumulative = hist.cumulative_at()
     cumulative.append(hist.count)

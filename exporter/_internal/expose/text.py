@@ -27,6 +27,7 @@ from . import textformat
 from .textformat import OPENMETRICS, PROTOBUF, TEXT
 from .created import CreatedTimes
 from .debut import SEEN_ALL, Debuts, Delivery
+from .native_fields import NativeFields
 from .families import counter_families, render_family, window_help, window_quantiles
 from .sample import Sample, sample, zero
 
@@ -57,7 +58,7 @@ class _Cached:
 
     __slots__ = ("labels", "pairs", "born", "created", "created_line", "count", "total",
                  "exemplars", "text", "openmetrics", "window", "window_slice", "protobuf",
-                 "protobuf_window", "protobuf_window_slice")
+                 "protobuf_window", "protobuf_window_slice", "native")
 
     def __init__(self, name: str, labels: str, pairs: list[tuple[str, str]], born: int,
                  created: float | None):
@@ -77,6 +78,8 @@ class _Cached:
         self.protobuf: _Protobuf | None = None
         self.protobuf_window = b""
         self.protobuf_window_slice = -1
+        #: The native fields of its latest protobuf message (native_fields.py), once rendered.
+        self.native: NativeFields | None = None
 
 
 class Renderer:
@@ -278,8 +281,10 @@ class Renderer:
             now = sample(family, hist, exemplars, native)
             cached.exemplars = exemplars
             if protobuf:
+                if cached.native is None:
+                    cached.native = NativeFields()
                 cached.protobuf = self.encoder.histogram(family, cached.pairs, now,
-                                                         cached.created)
+                                                         cached.created, cached.native)
                 if changed:
                     cached.text = None
             else:

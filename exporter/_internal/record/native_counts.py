@@ -22,7 +22,7 @@ import math
 from bisect import bisect_left
 from array import array
 from operator import sub
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from .histogram import Batch, Histogram, Layout
 
@@ -69,6 +69,23 @@ def native_table(layout: Layout, scale: int, schema: int) -> list[int]:
     return found
 
 
+class Frozen(NamedTuple):
+    """A reader's copy of a series' native counts (NativeCounts.frozen): equal copies are equal
+    counts, so a reader can key what it derives from them on the copy itself."""
+
+    table: list[int]
+    zero: int
+    #: The populated native buckets' indices (int32, ascending) and counts, as array bytes.
+    keys: bytes
+    counts: bytes
+    #: The counts' array typecode ("I", or "Q" past 4e9 values).
+    typecode: str
+
+    def lists(self) -> tuple[list[int], list[int]]:
+        """The indices and the counts as lists."""
+        return array("i", self.keys).tolist(), array(self.typecode, self.counts).tolist()
+
+
 class NativeCounts:
     """One series' HDR counts summed per native bucket (of `table`'s schema), as of `count`
     values of `hist`, its live histogram. Changed only under the store's lock.
@@ -98,20 +115,25 @@ class NativeCounts:
         self.keys = keys
         self.counts = counts
 
-    def seed(self, zero: int, keys: list[int], sums: list[int]) -> None:
+    def seed(self, zero: int, keys: list[int], sums: list[int]) -> "Frozen":
         """Hand over the counts converted from a copy of `hist` at `count` values: the
-        populated native buckets' ascending indices and counts. `counts` is set last: a
-        reader under the lock that sees it sees the rest too."""
-        self.zero, self.keys = zero, array("i", keys)
-        self.counts = array("Q" if self.count > _WIDE else "I", sums)
+        populated native buckets' ascending indices and counts; what a reader's copy of them
+        is now. `counts` is set last: a reader under the lock that sees it sees the rest
+        too."""
+        key_array, counts = array("i", keys), array("Q" if self.count > _WIDE else "I", sums)
+        seeded = Frozen(self.table, zero, key_array.tobytes(), counts.tobytes(),
+                        counts.typecode)
+        self.zero, self.keys = zero, key_array
+        self.counts = counts
+        return seeded
 
-    def copy(self) -> "NativeCounts":
-        """A reader's private copy (no histogram: it follows nothing)."""
-        keys, counts = self.keys, self.counts
-        if keys is None or counts is None:
-            return NativeCounts(self.table, None, self.count, self.zero)
-        return NativeCounts(self.table, None, self.count, self.zero, array("i", keys),
-                            array(counts.typecode, counts))
+    def frozen(self) -> "Frozen":
+        """A reader's private copy of seeded counts: their arrays' bytes (a copy each, no
+        object per bucket, nothing for the garbage collector to track)."""
+        counts = self.counts
+        assert counts is not None and self.keys is not None
+        return Frozen(self.table, self.zero, self.keys.tobytes(), counts.tobytes(),
+                      counts.typecode)
 
     def current(self, hist: Histogram) -> bool:
         """Whether these counts are `hist`'s as it is now (or will be once seeded)."""

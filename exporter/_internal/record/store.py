@@ -34,7 +34,7 @@ from .clock import SYSTEM, Clock
 from .exemplar import Exemplar
 from .guard import LabelGuard
 from .histogram import Histogram, WindowPart
-from .native_counts import NativeCounts, native_table
+from .native_counts import Frozen, NativeCounts, native_table
 from .schema import Schema
 from .series import FamilyState, Series
 
@@ -53,7 +53,7 @@ class Snapshot(NamedTuple):
     exemplars: dict[int, Exemplar] | None
     #: For a protobuf reader: a copy of the kept native counts, or counts to seed (`counts`
     #: None) from `hist`; None for the other readers.
-    native: NativeCounts | None = None
+    native: Frozen | NativeCounts | None = None
 
 
 class Counts(NamedTuple):
@@ -287,7 +287,7 @@ class Store:
                             self.config.histograms.native_schema)
                     kept = series.native = NativeCounts(table, hist, hist.count)
                 else:
-                    kept = kept.copy()
+                    kept = kept.frozen()
             out.append(Snapshot(series, hist.copy(),
                                 dict(series.exemplars) if series.exemplars else None, kept))
         return out
