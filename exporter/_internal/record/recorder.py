@@ -42,6 +42,10 @@ class Recorder(Store):
         #: caps): a set lookup per call instead of six guard calls. Only values whose guard
         #: calls have no effect are here (never a folded, replaced or counted value).
         self._kept: set[tuple[str, str, str]] = set()
+        #: (model, provider, route, tenant) quadruples a call records as they are: the triple
+        #: is in `_kept` and the guard keeps the tenant unchanged (raw or allow-listed, not
+        #: hashed or folded; once it answered a value with itself, it always does).
+        self._kept_calls: set[tuple[str, str, str, str]] = set()
         #: What a call observes, in one loop: (family state, index of its value in Derived,
         #: None) for every per-call family, then (the phase family's state, None, phase) for
         #: every phase.
@@ -110,14 +114,24 @@ class Recorder(Store):
 
     def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
-        model, provider, route = base = (t.model, t.provider, t.route)
-        if base not in self._kept:
-            model, provider, route = base = self._keep_if_same(base, (
-                guard.value(names.MODEL, model), guard.value(names.PROVIDER, provider),
-                guard.value(names.ROUTE, route)))
-        raw_tenant = t.tenant
-        tenant = names.UNKNOWN if raw_tenant is None or raw_tenant == "" else \
-            guard.tenant(model, route, raw_tenant)
+        raw = (t.model, t.provider, t.route, t.tenant)
+        if raw in self._kept_calls:  # the guard would return every value as it is
+            model, provider, route, tenant = with_tenant = raw
+            base = (model, provider, route)
+        else:
+            model, provider, route = base = raw[:3]
+            if base not in self._kept:
+                model, provider, route = base = self._keep_if_same(base, (
+                    guard.value(names.MODEL, model), guard.value(names.PROVIDER, provider),
+                    guard.value(names.ROUTE, route)))
+            raw_tenant = raw[3]
+            tenant = names.UNKNOWN if raw_tenant is None or raw_tenant == "" else \
+                guard.tenant(model, route, raw_tenant)
+            with_tenant = (model, provider, route, tenant)
+            if tenant is raw_tenant and raw_tenant.__class__ is str and \
+                    raw_tenant != names.OTHER_TENANT and base == raw[:3] and base in self._kept \
+                    and len(self._kept_calls) < self.config.labels.max_series:
+                self._kept_calls.add(raw)  # type: ignore[arg-type]
         outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
         rows = self.rows
         requests = rows[names.REQUESTS_TOTAL]
@@ -139,7 +153,6 @@ class Recorder(Store):
             self.add_row(names.UPSTREAMS, (address, fingerprint, model, provider, region, route))
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
-        with_tenant = (model, provider, route, tenant)
         observe = self.observe
         dirty = self.dirty
         trace_id = t.trace_id
