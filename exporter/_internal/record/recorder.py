@@ -29,6 +29,7 @@ US_PER_SECOND = names.US_PER_SECOND
 #: (model, provider, route): the key of the in-flight gauge.
 InFlightKey = tuple[str, str, str]
 _UNKNOWN_KEY: InFlightKey = (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
+_FINISH_REASONS = names.FINISH_REASONS_TOTAL.name
 _USAGE = ((names.USAGE_INPUT_TOKENS, Derived._fields.index("input_tokens")),
           (names.USAGE_CACHED_INPUT_TOKENS, Derived._fields.index("cached_input_tokens")))
 
@@ -141,8 +142,12 @@ class Recorder(Store):
         else:
             key = self.add_row(names.REQUESTS, key)
         if t.finish_reason is not None:
-            self.add_row(names.FINISH_REASONS_TOTAL,
-                         (names.finish_reason(t.finish_reason), model, provider, route))
+            reasons = rows[_FINISH_REASONS]
+            row = (names.finish_reason(t.finish_reason), model, provider, route)
+            if row in reasons:  # (add_row's common case inline)
+                reasons[row] += 1
+            else:
+                self.add_row(names.FINISH_REASONS_TOTAL, row)
         if d.input_tokens is not None or d.cached_input_tokens is not None:
             self._usage(key, d)
         if t.upstream_address or t.upstream_region or t.fingerprint:
@@ -196,11 +201,11 @@ class Recorder(Store):
         fold exactly as the requests counter's do)."""
         model, _, provider, route, tenant = request_key
         rows = self.rows
+        row = (model, provider, route, tenant)
         for name, field in _USAGE:
             value = d[field]
             if value.__class__ is int and value >= 0:
                 usage = rows[name]
-                row = (model, provider, route, tenant)
                 if row in usage:
                     usage[row] += value
                 else:
