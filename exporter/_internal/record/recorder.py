@@ -48,6 +48,10 @@ class Recorder(Store):
         #: is in `_kept` and the guard keeps the tenant unchanged (raw or allow-listed, not
         #: hashed or folded; once it answered a value with itself, it always does).
         self._kept_calls: set[tuple[str, str, str, str]] = set()
+        #: Recorded (model, provider, route, tenant) -> the series of each of `_observations`
+        #: (None until a value made it): no label tuple built and looked up per value. Series
+        #: are never removed, so an entry stays right; bounded by `labels.max_series`.
+        self._call_series: dict[tuple[str, str, str, str], list[Series | None]] = {}
         #: What a call observes, in one loop: (family state, index of its value in Derived,
         #: None) for every per-call family, then (the phase family's state, None, phase) for
         #: every phase.
@@ -178,20 +182,16 @@ class Recorder(Store):
         dirty = self.dirty
         trace_id = t.trace_id
         phases = d.phases
-        for state, field, phase in self._observations:
-            if phase is None:
-                value = d[field]
-                if value is None:
-                    continue
-                values = with_tenant if state.has_tenant else base
-            else:
-                value = phases.get(phase)
-                if value is None:
-                    continue
-                # label order (model, phase, provider, route[, tenant]) is the sorted order
-                values = (model, phase, provider, route, tenant) if state.has_tenant else \
-                    (model, phase, provider, route)
-            series = state.series.get(values)
+        known = self._call_series.get(with_tenant)
+        if known is None:
+            known = [None] * len(self._observations)
+            if len(self._call_series) < self.config.labels.max_series:
+                self._call_series[with_tenant] = known
+        for at, (state, field, phase) in enumerate(self._observations):
+            value = d[field] if phase is None else phases.get(phase)
+            if value is None:
+                continue
+            series = known[at]
             if series is not None and value.__class__ is int and value >= 0 \
                     and slice_id <= series.pending_slice:
                 # `observe`'s common case inline (a valid value, a known series, the same
@@ -202,7 +202,14 @@ class Recorder(Store):
                 if len(pending) >= PENDING_MAX:
                     series.fold(self.keep)
             else:
+                if phase is None:
+                    values = with_tenant if state.has_tenant else base
+                else:  # label order (model, phase, provider, route[, tenant]) is the sorted one
+                    values = (model, phase, provider, route, tenant) if state.has_tenant else \
+                        (model, phase, provider, route)
                 series = observe(state, values, value, slice_id)
+                if series is not None:
+                    known[at] = series
             if trace_id and series is not None and state.windowed:
                 self._exemplar(series, value, trace_id)
         if d.gaps:  # already a batch: fold it at once
