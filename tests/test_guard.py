@@ -45,3 +45,38 @@ def test_bad_values_are_cleaned_and_counted():
 
 def bad_labels(guard: LabelGuard) -> int:
     return guard.rows[names.SELF_DROPS].get((names.DROP_BAD_LABEL,), 0)
+
+
+def test_a_recorder_records_what_its_guard_answers_at_every_call():
+    """The recorder skips the guard for (model, provider, route, tenant) values it answered
+    with themselves before (recorder._kept_calls): every call must still be recorded under what
+    the guard answers, and the guard's folds and drops counted as if it had been asked, under
+    each tenant policy, past the caps, with values it cleans."""
+    import random
+    from collections import Counter
+
+    from exporter._internal.config.settings import Config
+    from exporter._internal.record.recorder import Recorder
+    from exporter._internal.record.timeline import CallTimeline
+
+    policies = [LabelConfig(max_tenants=3, max_models=3),
+                LabelConfig(tenant_policy="hash", hash_salt="s", max_tenants=3),
+                LabelConfig(tenant_policy="allowlist", tenant_allowlist=("t1", "t2"))]
+    for labels in policies:
+        rng = random.Random(3)
+        recorder = Recorder(Config(labels=labels))
+        guard = LabelGuard(labels, no_rows())
+        expected: Counter = Counter()
+        for _ in range(400):
+            model = rng.choice(["m1", "m2", "m3", "m4", "bad\nmodel"])
+            route = rng.choice(["/a", "/b"])
+            tenant = rng.choice(["t1", "t2", "t3", "t4", "t5", "", names.OTHER_TENANT, "x\ty"])
+            recorder.record_call(CallTimeline(start=0, model=model, provider="p", route=route,
+                                              tenant=tenant, end=1000, outcome=names.OK))
+            m, p, r = (guard.value(names.MODEL, model), guard.value(names.PROVIDER, "p"),
+                       guard.value(names.ROUTE, route))
+            t = names.UNKNOWN if tenant == "" else guard.tenant(m, r, tenant)
+            expected[(m, names.OK, p, r, t)] += 1
+        assert recorder.counts().rows[names.REQUESTS_TOTAL] == dict(expected)
+        for counter in (names.SELF_TENANT_FOLDS, names.SELF_DROPS):
+            assert recorder.rows[counter] == guard.rows[counter], (labels, counter)

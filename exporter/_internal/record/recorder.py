@@ -15,6 +15,7 @@ fleet/absorb.py); which role a process plays is decided in runtime.py, not here.
 from __future__ import annotations
 
 from bisect import bisect_left
+from threading import get_ident
 
 from .. import names
 from ..config.settings import Config
@@ -29,6 +30,7 @@ US_PER_SECOND = names.US_PER_SECOND
 #: (model, provider, route): the key of the in-flight gauge.
 InFlightKey = tuple[str, str, str]
 _UNKNOWN_KEY: InFlightKey = (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
+_FINISH_REASONS = names.FINISH_REASONS_TOTAL.name
 _USAGE = ((names.USAGE_INPUT_TOKENS, Derived._fields.index("input_tokens")),
           (names.USAGE_CACHED_INPUT_TOKENS, Derived._fields.index("cached_input_tokens")))
 
@@ -42,6 +44,14 @@ class Recorder(Store):
         #: caps): a set lookup per call instead of six guard calls. Only values whose guard
         #: calls have no effect are here (never a folded, replaced or counted value).
         self._kept: set[tuple[str, str, str]] = set()
+        #: (model, provider, route, tenant) quadruples a call records as they are: the triple
+        #: is in `_kept` and the guard keeps the tenant unchanged (raw or allow-listed, not
+        #: hashed or folded; once it answered a value with itself, it always does).
+        self._kept_calls: set[tuple[str, str, str, str]] = set()
+        #: Recorded (model, provider, route, tenant) -> the series of each of `_observations`
+        #: (None until a value made it): no label tuple built and looked up per value. Series
+        #: are never removed, so an entry stays right; bounded by `labels.max_series`.
+        self._call_series: dict[tuple[str, str, str, str], list[Series | None]] = {}
         #: What a call observes, in one loop: (family state, index of its value in Derived,
         #: None) for every per-call family, then (the phase family's state, None, phase) for
         #: every phase.
@@ -78,11 +88,26 @@ class Recorder(Store):
 
     def record_call(self, t: CallTimeline, in_flight_key: InFlightKey | None = None,
                     derived: Derived | None = None) -> None:
-        """Record every metric of one finished call (`derived`: `derive(t)`, if already done)."""
+        """Record every metric of one finished call (`derived`: `derive(t)`, if already done).
+        The lock is taken as `Store.locked` takes it, inline (two Python calls less a call)."""
         try:
             if derived is None:
                 derived = derive(t)
-            self.locked(self._finish_locked, t, in_flight_key, derived)
+            me = get_ident()
+            if self._owner == me:  # a finaliser inside this thread's locked section: queued
+                self._deferred.append((self._finish_locked, (t, in_flight_key, derived)))
+                return
+            self._lock.acquire()
+            self._owner = me
+            try:
+                if self._deferred:
+                    self._run_deferred()
+                self._finish_locked(t, in_flight_key, derived)
+            finally:
+                if self._deferred:  # queued by a finaliser while we held the lock
+                    self._run_deferred()
+                self._owner = None
+                self._lock.release()
         except Exception:
             self.count_drop(names.DROP_INTERNAL)
 
@@ -110,14 +135,24 @@ class Recorder(Store):
 
     def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
-        model, provider, route = base = (t.model, t.provider, t.route)
-        if base not in self._kept:
-            model, provider, route = base = self._keep_if_same(base, (
-                guard.value(names.MODEL, model), guard.value(names.PROVIDER, provider),
-                guard.value(names.ROUTE, route)))
-        raw_tenant = t.tenant
-        tenant = names.UNKNOWN if raw_tenant is None or raw_tenant == "" else \
-            guard.tenant(model, route, raw_tenant)
+        raw = (t.model, t.provider, t.route, t.tenant)
+        if raw in self._kept_calls:  # the guard would return every value as it is
+            model, provider, route, tenant = with_tenant = raw
+            base = (model, provider, route)
+        else:
+            model, provider, route = base = raw[:3]
+            if base not in self._kept:
+                model, provider, route = base = self._keep_if_same(base, (
+                    guard.value(names.MODEL, model), guard.value(names.PROVIDER, provider),
+                    guard.value(names.ROUTE, route)))
+            raw_tenant = raw[3]
+            tenant = names.UNKNOWN if raw_tenant is None or raw_tenant == "" else \
+                guard.tenant(model, route, raw_tenant)
+            with_tenant = (model, provider, route, tenant)
+            if tenant is raw_tenant and raw_tenant.__class__ is str and \
+                    raw_tenant != names.OTHER_TENANT and base == raw[:3] and base in self._kept \
+                    and len(self._kept_calls) < self.config.labels.max_series:
+                self._kept_calls.add(raw)  # type: ignore[arg-type]
         outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
         rows = self.rows
         requests = rows[names.REQUESTS_TOTAL]
@@ -127,8 +162,12 @@ class Recorder(Store):
         else:
             key = self.add_row(names.REQUESTS, key)
         if t.finish_reason is not None:
-            self.add_row(names.FINISH_REASONS_TOTAL,
-                         (names.finish_reason(t.finish_reason), model, provider, route))
+            reasons = rows[_FINISH_REASONS]
+            row = (names.finish_reason(t.finish_reason), model, provider, route)
+            if row in reasons:  # (add_row's common case inline)
+                reasons[row] += 1
+            else:
+                self.add_row(names.FINISH_REASONS_TOTAL, row)
         if d.input_tokens is not None or d.cached_input_tokens is not None:
             self._usage(key, d)
         if t.upstream_address or t.upstream_region or t.fingerprint:
@@ -139,25 +178,20 @@ class Recorder(Store):
             self.add_row(names.UPSTREAMS, (address, fingerprint, model, provider, region, route))
         end = t.end if t.end is not None else self.clock.monotonic_ns()
         slice_id = end // self.slice_ns
-        with_tenant = (model, provider, route, tenant)
         observe = self.observe
         dirty = self.dirty
         trace_id = t.trace_id
         phases = d.phases
-        for state, field, phase in self._observations:
-            if phase is None:
-                value = d[field]
-                if value is None:
-                    continue
-                values = with_tenant if state.has_tenant else base
-            else:
-                value = phases.get(phase)
-                if value is None:
-                    continue
-                # label order (model, phase, provider, route[, tenant]) is the sorted order
-                values = (model, phase, provider, route, tenant) if state.has_tenant else \
-                    (model, phase, provider, route)
-            series = state.series.get(values)
+        known = self._call_series.get(with_tenant)
+        if known is None:
+            known = [None] * len(self._observations)
+            if len(self._call_series) < self.config.labels.max_series:
+                self._call_series[with_tenant] = known
+        for at, (state, field, phase) in enumerate(self._observations):
+            value = d[field] if phase is None else phases.get(phase)
+            if value is None:
+                continue
+            series = known[at]
             if series is not None and value.__class__ is int and value >= 0 \
                     and slice_id <= series.pending_slice:
                 # `observe`'s common case inline (a valid value, a known series, the same
@@ -168,7 +202,14 @@ class Recorder(Store):
                 if len(pending) >= PENDING_MAX:
                     series.fold(self.keep)
             else:
+                if phase is None:
+                    values = with_tenant if state.has_tenant else base
+                else:  # label order (model, phase, provider, route[, tenant]) is the sorted one
+                    values = (model, phase, provider, route, tenant) if state.has_tenant else \
+                        (model, phase, provider, route)
                 series = observe(state, values, value, slice_id)
+                if series is not None:
+                    known[at] = series
             if trace_id and series is not None and state.windowed:
                 self._exemplar(series, value, trace_id)
         if d.gaps:  # already a batch: fold it at once
@@ -183,11 +224,11 @@ class Recorder(Store):
         fold exactly as the requests counter's do)."""
         model, _, provider, route, tenant = request_key
         rows = self.rows
+        row = (model, provider, route, tenant)
         for name, field in _USAGE:
             value = d[field]
             if value.__class__ is int and value >= 0:
                 usage = rows[name]
-                row = (model, provider, route, tenant)
                 if row in usage:
                     usage[row] += value
                 else:

@@ -1,0 +1,71 @@
+"""`Recorder.record_call` takes shortcuts on the caller's path: label sets the guard keeps
+unchanged skip it, and each recorded label set keeps its series per family and phase (no
+label tuple built and looked up per value). What it records must be exactly what asking the
+guard and `Store.observe` for every value records: the same series, counts, sums, pending
+batches (so the same folds), rows and drops, across label sets past the caps, missing stamps,
+new window slices and `labels.max_series` (past which a label set's series are not kept)."""
+
+from __future__ import annotations
+
+import random
+
+from exporter._internal import names
+from exporter._internal.config.settings import Config, LabelConfig
+from exporter._internal.record.recorder import Recorder
+from exporter._internal.record.store import Store
+from exporter._internal.record.timeline import CallTimeline, derive
+
+
+def reference(store: Store, t: CallTimeline) -> None:
+    """One call as the guard and observe record it, value by value."""
+    guard = store.guard
+    model, provider, route = (guard.value(names.MODEL, t.model),
+                              guard.value(names.PROVIDER, t.provider),
+                              guard.value(names.ROUTE, t.route))
+    tenant = names.UNKNOWN if not t.tenant else guard.tenant(model, route, t.tenant)
+    store.add_row(names.REQUESTS, (model, t.outcome, provider, route, tenant))
+    d = derive(t)
+    slice_id = t.end // store.slice_ns
+    with store.held:
+        for fam in names.HISTOGRAMS:
+            if not fam.per_call or d[type(d)._fields.index(fam.per_call)] is None:
+                continue
+            state = store.families[fam.name]
+            values = (model, provider, route, tenant)[:len(state.label_names)]
+            store.observe(state, values, d[type(d)._fields.index(fam.per_call)], slice_id)
+        state = store.families[names.PHASE_FAMILY.name]
+        for phase in names.PHASES:
+            if phase in d.phases:
+                values = (model, phase, provider, route, tenant)[:len(state.label_names)]
+                store.observe(state, values, d.phases[phase], slice_id)
+
+
+def test_record_call_records_what_observe_records_value_by_value() -> None:
+    labels = LabelConfig(max_tenants=4, max_models=3, max_series=30)
+    recorder, store = Recorder(Config(labels=labels)), Store(Config(labels=labels))
+    rng = random.Random(4)
+    now = 10**12
+    for _ in range(3000):
+        now += rng.randrange(1, 4) * 10**9  # window slices go by
+        stamps = sorted(now + rng.randrange(0, 10**9) for _ in range(5))
+        missing = rng.random()
+        t = CallTimeline(
+            start=now, model=rng.choice(["m1", "m2", "m3", "m4", "m\n5"]), provider="p",
+            route=rng.choice(["/a", "/b"]),
+            tenant=rng.choice(["t1", "t2", "t3", "t4", "t5", "t6", "", names.OTHER_TENANT]),
+            dispatched=stamps[0], connected=None if missing < 0.3 else stamps[1],
+            sent=stamps[2], headers=stamps[3], end=stamps[4],
+            input_tokens=rng.choice([None, 0, 120]), output_tokens=rng.choice([None, 3, 40]),
+            max_tokens=rng.choice([None, 256]), outcome=names.OK)
+        recorder.record_call(t)
+        reference(store, t)
+    for name, state in recorder.families.items():
+        theirs = store.families[name].series
+        assert state.series.keys() == theirs.keys(), name
+        for values, series in state.series.items():
+            other = theirs[values]
+            assert (series.hist.count, series.hist.total, series.pending) == \
+                (other.hist.count, other.hist.total, other.pending), (name, values)
+    assert recorder.rows[names.REQUESTS_TOTAL] == store.rows[names.REQUESTS_TOTAL]
+    assert recorder.rows[names.SELF_DROPS] == store.rows[names.SELF_DROPS]
+    assert recorder.series_count == store.series_count == 30  # past max_series: drops
