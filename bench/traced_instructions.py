@@ -1,0 +1,114 @@
+"""Instructions a traced call adds, and the OpenTelemetry SDK's share (callgrind), as
+docs/performance.md ("The traced call") quotes them.
+
+`python -m bench.traced_instructions [CALLS]` runs each case under valgrind's callgrind (a fixed
+hash seed) and counts only CALLS calls after 50 of warm-up: callgrind dumps its counts when the
+process enters `os.getppid`, called just before and just after them, and the second dump holds
+the calls alone. The cases: the bench's real openai non-stream call (bench/shim_overhead.py)
+unpatched, patched, patched with an SDK TracerProvider (BatchSpanProcessor, spans discarded),
+and the same without the phase-boundary events; and the OpenTelemetry SDK alone in a loop: a
+span started with 5 attributes and ended, then with `propagate.inject` and 16 attributes set,
+then with 5 events too (what one call's span holds).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+CALL_CASES = ("unpatched", "patched", "traced", "traced_without_events")
+SPAN_CASES = ("span", "span_inject_attributes", "span_inject_attributes_events")
+
+
+def _traced_provider() -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (BatchSpanProcessor, SpanExporter,
+                                                SpanExportResult)
+
+    class Discard(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    trace.set_tracer_provider(provider)
+
+
+def run_case(case: str, n: int) -> None:
+    """The measured process: set the case up, warm it, then `n` calls between the markers."""
+    if case in CALL_CASES:
+        from bench.shim_overhead import _openai_calls
+
+        call, _ = _openai_calls()
+        call()  # the client's own first use, before any patch
+        if case.startswith("traced"):
+            _traced_provider()
+        if case != "unpatched":
+            import exporter
+
+            exporter.instrument()
+        if case == "traced_without_events":
+            from exporter._internal import names
+
+            names.SPAN_EVENTS = ()  # type: ignore[misc]
+    else:
+        import time
+
+        from opentelemetry import trace
+        from opentelemetry.propagate import inject
+
+        _traced_provider()
+        tracer = trace.get_tracer_provider().get_tracer("bench")
+        start = {f"gen_ai.start{i}": "value" for i in range(5)}
+        end = {f"gen_ai.end{i}": float(i) for i in range(16)}
+
+        def call() -> None:
+            span = tracer.start_span("chat model", kind=trace.SpanKind.CLIENT, attributes=start)
+            if case != "span":
+                inject({}, context=trace.set_span_in_context(span))
+                span.set_attributes(end)
+                if case == "span_inject_attributes_events":
+                    for _ in range(5):
+                        span.add_event("phase", timestamp=time.time_ns())
+            span.end()
+    for _ in range(50):
+        call()
+    os.getppid()  # callgrind dumps here: the setup
+    for _ in range(n):
+        call()
+    os.getppid()  # ...and here: the n calls
+
+
+def _instructions(case: str, n: int) -> int:
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "callgrind.out")
+        subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=os_getppid",
+                        f"--callgrind-out-file={out}", sys.executable, "-c",
+                        f"from bench.traced_instructions import run_case; "
+                        f"run_case({case!r}, {n})"], check=True, capture_output=True,
+                       env={**os.environ, "PYTHONHASHSEED": "0"})
+        with open(f"{out}.2") as f:
+            return int(re.search(r"^(?:totals|summary): (\d+)", f.read(), re.M).group(1))  # type: ignore
+
+
+def main(argv: list[str]) -> int:
+    n = int(argv[0]) if argv else 200
+    per_call = {case: _instructions(case, n) / n for case in (*CALL_CASES, *SPAN_CASES)}
+    base = per_call["unpatched"]
+    print(f"instructions per call ({n:,} calls after 50 of warm-up, callgrind):")
+    print(f"- openai non-stream create, unpatched: {base:,.0f}")
+    for case in CALL_CASES[1:]:
+        print(f"- {case.replace('_', ' ')}: +{per_call[case] - base:,.0f}")
+    print(f"- the phase-boundary events: "
+          f"{per_call['traced'] - per_call['traced_without_events']:,.0f}")
+    for case in SPAN_CASES:
+        print(f"- OpenTelemetry SDK alone, {case.replace('_', ' + ')}: {per_call[case]:,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
