@@ -336,7 +336,8 @@ def sli_error_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str] = 
 
     `extra` adds matchers (the rules' scope, the dashboards' template variables). The error
     SLI is 0, not empty, while a (model, route) has calls but no errors; with no calls in the
-    window there is no value (never NaN).
+    window there is no value (never NaN). Clamped to [0, 1]: `rate()` extrapolates each counter
+    to the window's edges on its own, and the two counters of a ratio apart (`_clamped`).
     """
     return _sli_ratio(sli, scope, window, extra, keep, good=False)
 
@@ -366,13 +367,28 @@ def _sli_ratio(sli: str, scope: Scope, window: str, extra: Sequence[str],
         bad = f"sum by ({by(keep)}) (rate({bad_sel}[{window}]))"
         ratio = f"(\n  {bad}\n  or 0 * {total}\n)\n/ ({total} > 0)"
         expr = f"1 - {block(ratio)}" if good else ratio
-        return _claim(expr, scope, names.REQUESTS_TOTAL, window)
+        return _claim(_clamped(expr), scope, names.REQUESTS_TOTAL, window)
     threshold = eq("le", le(getattr(scope.slo, sli).threshold_seconds))
     met_sel = selector(scope.mode.met(LATENCY_SLIS[sli]), [threshold, *m])
     met = f"sum by ({by(keep)}) (rate({met_sel}[{window}]))"
     ratio = f"{met}\n/ ({total} > 0)"
     expr = ratio if good else f"1 - {block(ratio)}"
-    return _claim(expr, scope, events, window)
+    return _claim(_clamped(expr), scope, events, window)
+
+
+def _clamped(ratio: str) -> str:
+    """`ratio` held within [0, 1].
+
+    A share of calls cannot leave [0, 1], but a ratio of two `rate()`s can: each counter is
+    extrapolated to the window's start on its own, no further back than where its line reaches
+    zero, and past 1.1 sample intervals by half an interval instead. So the part, whose first
+    value is smaller against its increase, can be stretched further than the whole: a bucket
+    first seen at 1 and a count at 3, each up by one good call in the window, read a share of
+    4/3 (alerts/tests/slo_burn.yaml). Only a series born in the window, or after missed
+    scrapes, does that; the clamp reads it as "no error" instead of a negative error ratio and
+    a budget above 100 %.
+    """
+    return f"clamp(\n{indent(ratio)},\n  0, 1\n)"
 
 
 def outcome_ratio(outcome: str, scope: Scope, window: str, extra: Sequence[str] = (),
