@@ -64,11 +64,17 @@ class Recorder(Store):
     # --- recording (caller's thread; never raises) -----------------------------------------
 
     def started(self, model: str, provider: str, route: str) -> InFlightKey:
-        """Count a call in flight; returns the key to pass back to `record_call`."""
+        """Count a call in flight; returns the key to pass back to `record_call`. The lock is
+        taken as `Store._acquire` takes it, inline (two Python calls less a call)."""
         try:
-            if not self._acquire():  # a finaliser inside this thread's locked section
+            me = get_ident()
+            if self._owner == me:  # a finaliser inside this thread's locked section
                 return _UNKNOWN_KEY
+            self._lock.acquire()
+            self._owner = me
             try:
+                if self._deferred:
+                    self._run_deferred()
                 key = (model, provider, route)
                 if key not in self._kept:
                     guard = self.guard
@@ -81,7 +87,10 @@ class Recorder(Store):
                     return key
                 return self.add_row(names.IN_FLIGHT, key)  # type: ignore[return-value]
             finally:
-                self._release()
+                if self._deferred:  # queued by a finaliser while we held the lock
+                    self._run_deferred()
+                self._owner = None
+                self._lock.release()
         except Exception:
             self.count_drop(names.DROP_INTERNAL)
             return _UNKNOWN_KEY

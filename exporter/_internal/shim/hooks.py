@@ -78,30 +78,10 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
     return call
 
 
-class _Scope:
-    """What `request()` changes while the SDK builds and sends one request: the current call
-    (or none, hiding an outer call from a request that is not an LLM call) and its span."""
-
-    __slots__ = ("call", "token", "span_token")
-
-    def __init__(self, call: SdkCall | None):
-        self.call = call
-        self.token = _CURRENT.set(call)
-        self.span_token = call.activate() if call is not None and call.span is not None else None
-
-    def leave(self, exc: BaseException | None, result: Any = None, stream: Any = False) -> Any:
-        """Restore the context; end the call on `exc`, else hand it the result."""
-        call = self.call
-        try:
-            if call is not None and exc is not None:
-                call.end(exc)
-        finally:
-            _CURRENT.reset(self.token)
-            if call is not None and call.span is not None:
-                call.deactivate(self.span_token)
-        if call is not None and exc is None:
-            call.returned(result, bool(stream))
-        return result
+#: What `request()` changed while the SDK builds and sends one request: (the current call, or
+#: None hiding an outer call from a request that is not an LLM call; the ContextVar token; the
+#: span's token). A tuple, not an object: one class instantiation less per call.
+_Scope = tuple[Any, Any, Any]
 
 
 def _enter(sdk: SDK, client: Any, options: Any, is_async: bool) -> _Scope | None:
@@ -112,14 +92,33 @@ def _enter(sdk: SDK, client: Any, options: Any, is_async: bool) -> _Scope | None
             call = _begin(sdk, client, options, is_async)
         except Exception:
             runtime.count_drop()
-    if call is None and _CURRENT.get() is None:
-        return None
-    return _Scope(call)
+    if call is None:
+        if _CURRENT.get() is None:
+            return None
+        return None, _CURRENT.set(None), None
+    token = _CURRENT.set(call)
+    return call, token, call.activate() if call.span is not None else None
+
+
+def _leave(scope: _Scope, exc: BaseException | None, result: Any = None, stream: Any = False
+           ) -> Any:
+    """Restore the context; end the call on `exc`, else hand it the result."""
+    call, token, span_token = scope
+    try:
+        if call is not None and exc is not None:
+            call.end(exc)
+    finally:
+        _CURRENT.reset(token)
+        if call is not None and call.span is not None:
+            call.deactivate(span_token)
+    if call is not None and exc is None:
+        call.returned(result, bool(stream))
+    return result
 
 
 def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
     """Wrap `SyncAPIClient.request` / `AsyncAPIClient.request`. The two bodies differ only by
-    `await` (Python has no other way); `_enter` and `_Scope.leave` hold the logic."""
+    `await` (Python has no other way); `_enter` and `_leave` hold the logic."""
     if is_async:
         @functools.wraps(original)
         async def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any
@@ -130,9 +129,9 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
             try:
                 result = await original(self, cast_to, options, *args, **kwargs)
             except BaseException as exc:
-                scope.leave(exc)
+                _leave(scope, exc)
                 raise
-            return scope.leave(None, result, kwargs.get("stream"))
+            return _leave(scope, None, result, kwargs.get("stream"))
         return request
 
     @functools.wraps(original)
@@ -143,9 +142,9 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
         try:
             result = original(self, cast_to, options, *args, **kwargs)
         except BaseException as exc:
-            scope.leave(exc)
+            _leave(scope, exc)
             raise
-        return scope.leave(None, result, kwargs.get("stream"))
+        return _leave(scope, None, result, kwargs.get("stream"))
     return request
 
 

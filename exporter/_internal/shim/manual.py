@@ -16,9 +16,9 @@ from typing import Any, MutableMapping
 
 from .. import names, runtime
 from ..record.outcome import outcome_of
-from ..record.timeline import CallTimeline, derive
+from ..record.timeline import derive, new_timeline
 from . import context, deadline, otel
-from .task import Task, current as current_task
+from .task import _TASK, Task
 
 _GENAI_METRICS = otel.GenAIMetrics()
 
@@ -35,15 +35,16 @@ class Call:
         #: `gen_ai.provider.name` (the SDK patch passes a well-known value or the SDK's API).
         self.genai_provider = genai_provider or provider
         self.requested_model = model
-        self.timeline = t = CallTimeline(
-            start=perf_counter_ns() if start is None else start, model=model, provider=provider,
-            route=route if route is not None else labels.get("route", names.UNKNOWN),
-            tenant=tenant if tenant is not None else labels.get("tenant", ""))
+        if route is None:
+            route = labels.get("route", names.UNKNOWN)
+        self.timeline = new_timeline(perf_counter_ns() if start is None else start, model,
+                                     provider, route,
+                                     tenant if tenant is not None else labels.get("tenant", ""))
         self._state = state = runtime.state()
-        self._in_flight = state.recorder.started(model, provider, t.route)
+        self._in_flight = state.recorder.started(model, provider, route)
         self._finished = False
         #: The agent task this call is a step of (shim/task.py), if any.
-        self.task: Task | None = current_task()
+        self.task: Task | None = _TASK.get()
         #: Extra attributes a client knows (server.address and .port, gen_ai.request.stream,
         #: gen_ai.response.id and .finish_reasons).
         self.span_attributes: dict[str, Any] = {}
@@ -51,7 +52,7 @@ class Call:
         self.span: otel.CallSpan | None = None
         if state.config.otel.traces and otel.tracing():
             try:
-                self.span = otel.CallSpan(t, provider=self.genai_provider)
+                self.span = otel.CallSpan(self.timeline, provider=self.genai_provider)
             except Exception:  # the app's tracer provider failed: measure without a span
                 self.count_drop()
         #: Whether anything reads `span_attributes` (the span, the GenAI metrics): when not,
@@ -169,8 +170,10 @@ class Call:
         derived = None
         try:
             t.end = perf_counter_ns() if end is None else end
-            if t.outcome is None or exc is not None:
+            if exc is not None:
                 t.outcome = outcome_of(exc)
+            elif t.outcome is None:
+                t.outcome = names.OK  # (outcome_of(None), without the call)
             derived = derive(t)
             if self.span is not None:
                 self.span.finish(t, derived, exc, self.span_attributes)

@@ -77,13 +77,14 @@ def chat_usage(obj: Any, call: SdkCall) -> None:
         # The SDK's objects (every call but `with_raw_response`): their declared fields read
         # directly, no `field()` call per value (this runs once per call, ~2 µs less).
         if usage is not None:
-            call.usage(input=getattr(usage, "prompt_tokens", None),
-                       output=getattr(usage, "completion_tokens", None),
-                       cached=field(getattr(usage, "prompt_tokens_details", None),
-                                    "cached_tokens"),
-                       reasoning=field(getattr(usage, "completion_tokens_details", None),
-                                       "reasoning_tokens"),
-                       model=getattr(obj, "model", None))
+            details = getattr(usage, "prompt_tokens_details", None)  # (most often None)
+            reasoning = getattr(usage, "completion_tokens_details", None)
+            call.usage(getattr(usage, "prompt_tokens", None),
+                       getattr(usage, "completion_tokens", None),
+                       None if details is None else getattr(details, "cached_tokens", None),
+                       getattr(obj, "model", None),
+                       None if reasoning is None else getattr(reasoning, "reasoning_tokens",
+                                                              None))
         else:
             call.usage(model=getattr(obj, "model", None))
         if call._attributes:  # only the span and the GenAI metrics read the id

@@ -48,6 +48,7 @@ def _http_response(result: Any) -> Any:
 
 
 _TRACED = httpx_trace.EVENTS
+_stamp = httpx_trace.stamp
 
 #: Which specialised loop of tokens.py follows the first answer token of an endpoint.
 HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC = range(4)
@@ -88,7 +89,7 @@ class SdkCall(Call):
 
     def __init__(self, model: str, provider: str, endpoint: Endpoint, start: int | None,
                  genai_provider: str | None = None):
-        super().__init__(model, provider, None, None, start=start, genai_provider=genai_provider)
+        Call.__init__(self, model, provider, None, None, start, genai_provider)  # (no super())
         self.endpoint = endpoint
         self.streaming = False  # `request()` returned a stream that has not ended yet
         self.claimed = False
@@ -102,15 +103,11 @@ class SdkCall(Call):
     # httpx trace extension (httpcore / httpcore2 call it with each connection event).
     def __call__(self, name: str, info: dict) -> None:
         if name in _TRACED:  # about half of the events stamp nothing
-            self.on_trace(name, info)
-
-    def on_trace(self, name: str, info: Any = None) -> None:
-        try:
-            if httpx_trace.stamp(self.timeline, name, info) and self.streaming \
-                    and not self._finished:
-                self._closed()
-        except Exception:
-            self.count_drop()
+            try:  # (inline: one Python call less per stamped event)
+                if _stamp(self.timeline, name, info) and self.streaming and not self._finished:
+                    self._closed()
+            except Exception:
+                self.count_drop()
 
     def _closed(self) -> None:
         """The response was closed. Mid-iteration it is the SDK ending its own stream (the
@@ -226,7 +223,7 @@ class AsyncSdkCall(SdkCall):
 
     async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
         if name in _TRACED:
-            self.on_trace(name, info)
+            SdkCall.__call__(self, name, info)
 
 
 def _collected(call: SdkCall) -> None:
