@@ -69,3 +69,45 @@ def test_record_call_records_what_observe_records_value_by_value() -> None:
     assert recorder.rows[names.REQUESTS_TOTAL] == store.rows[names.REQUESTS_TOTAL]
     assert recorder.rows[names.SELF_DROPS] == store.rows[names.SELF_DROPS]
     assert recorder.series_count == store.series_count == 30  # past max_series: drops
+
+
+def test_streamed_calls_with_every_value_present_or_absent() -> None:
+    # record_call visits only the values present (a C-level selection): streamed calls with
+    # reasoning, decode and inter-token gaps, next to calls missing any subset of the values,
+    # record what the value-by-value reference records; a trace id leaves its exemplar on the
+    # windowed families only
+    labels = LabelConfig(max_tenants=4, max_models=3, max_series=400)
+    recorder, store = Recorder(Config(labels=labels)), Store(Config(labels=labels))
+    rng = random.Random(23)
+    now = 10**12
+    for i in range(2000):
+        now += rng.randrange(1, 3) * 10**9
+        stamps = sorted(now + rng.randrange(0, 10**9) for _ in range(9))
+        t = CallTimeline(
+            start=now, model=rng.choice(["m1", "m2"]), provider="p", route="/a",
+            tenant=rng.choice(["t1", "t2", ""]),
+            **{name: stamps[k] for k, name in enumerate(
+                ("dispatched", "connected", "sent", "headers")) if rng.random() < 0.8},
+            end=stamps[8], input_tokens=rng.choice([None, 0, 120]),
+            output_tokens=rng.choice([None, 1, 40]), cached_input_tokens=rng.choice([None, 8]),
+            max_tokens=rng.choice([None, 256]), outcome=names.OK,
+            trace_id=f"{i:032x}" if rng.random() < 0.5 else None)
+        if rng.random() < 0.7:
+            for at in stamps[4:4 + rng.randrange(1, 5)]:
+                t.token(at, rng.choice([names.CONTENT, names.REASONING]))
+        recorder.record_call(t)
+        reference(store, t)
+    windowed = {name for name, state in recorder.families.items() if state.windowed}
+    for name, state in recorder.families.items():
+        theirs = store.families[name].series
+        if name == names.ITL.name:
+            continue  # the gaps: a batch of their own, not in the reference
+        assert state.series.keys() == theirs.keys(), name
+        for values, series in state.series.items():
+            other = theirs[values]
+            assert (series.hist.count, series.hist.total, series.pending) == \
+                (other.hist.count, other.hist.total, other.pending), (name, values)
+            assert (series.exemplars is not None) <= (name in windowed), name
+    assert any(s.exemplars for name in windowed for s in recorder.families[name].series.values())
+    assert recorder.rows[names.REQUESTS_TOTAL] == store.rows[names.REQUESTS_TOTAL]
+    assert recorder.rows[names.SELF_DROPS] == store.rows[names.SELF_DROPS]

@@ -1,9 +1,11 @@
 """Derived metrics over synthetic timelines (stamps in ns; derived values in us)."""
 
+import dataclasses
+
 import pytest
 
 from exporter._internal import names
-from exporter._internal.record.timeline import CallTimeline, derive, phases
+from exporter._internal.record.timeline import CallTimeline, derive, new_timeline, phases
 
 MS = 1_000_000  # ns
 
@@ -87,3 +89,18 @@ def test_out_of_order_stamps_are_not_derived():
     t = timeline(sent=10, headers=5)
     assert "server" not in phases(t)
 
+
+
+def test_new_timeline_is_the_dataclass_with_its_defaults():
+    # every field (a new one too) as the dataclass __init__ sets it: the same values, a list
+    # of its own per timeline
+    fast = new_timeline(7, "m", "p", "r", "t")
+    slow = CallTimeline(start=7, model="m", provider="p", route="r", tenant="t")
+    for f in dataclasses.fields(CallTimeline):
+        assert getattr(fast, f.name) == getattr(slow, f.name), f.name
+    assert fast == slow
+    assert fast.token_times is not new_timeline(7, "m", "p", "r", "t").token_times
+    fast.token(10)
+    assert derive(fast) == derive(CallTimeline(start=7, model="m", provider="p", route="r",
+                                               tenant="t", token_times=[10], first_token=10,
+                                               first_answer_token=10))

@@ -35,10 +35,17 @@ _DEADLINE: ContextVar[int | None] = ContextVar("ttft_exporter_deadline", default
 _OTEL_KEY = otel_context.create_key("ttft-exporter-deadline")
 
 
+#: Set once `DeadlinePropagator.extract` put a deadline in an OpenTelemetry context (the only
+#: writer of `_OTEL_KEY`): until then no context holds one, and `current()` skips looking.
+_extracted = [False]
+
+
 def current() -> int | None:
     """The deadline in force here (perf_counter_ns), or None."""
     found = _DEADLINE.get()
     if found is None:
+        if not _extracted[0]:
+            return None  # (OpenTelemetry's context lookup is three Python calls)
         found = otel_context.get_value(_OTEL_KEY)
     return found if found.__class__ is int else None
 
@@ -95,7 +102,10 @@ class DeadlinePropagator(TextMapPropagator):
             deadline = parse(values[0]) if values else None
         except Exception:
             deadline = None
-        return base if deadline is None else otel_context.set_value(_OTEL_KEY, deadline, base)
+        if deadline is None:
+            return base
+        _extracted[0] = True
+        return otel_context.set_value(_OTEL_KEY, deadline, base)
 
     def inject(self, carrier: CarrierT, context: Any = None,
                setter: Setter[CarrierT] = default_setter) -> None:

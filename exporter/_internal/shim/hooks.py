@@ -38,6 +38,8 @@ _CURRENT: ContextVar["SdkCall | None"] = ContextVar("ttft_exporter_current", def
 enabled = [False]
 #: Where a request body states its output limit (Chat, Responses, Anthropic Messages).
 _MAX_TOKENS_KEYS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+#: Base URL objects an SDK's label cache holds at most.
+_MAX_LABELS = 1024
 
 
 class SDK:
@@ -48,6 +50,22 @@ class SDK:
         self.name = name
         self.endpoints = endpoints
         self.provider = provider
+        #: id(client._base_url) -> (that URL, the client's class, provider label, GenAI
+        #: provider): a client's labels in one lookup, no URL property read. The URL is held,
+        #: so its id is not reused; a new URL object (base_url set again) misses. Bounded.
+        self.labels: dict[int, tuple[Any, type, str, str]] = {}
+
+    def labels_of(self, client: Any) -> tuple[str, str]:
+        """(provider label, `gen_ai.provider.name`) of a client."""
+        url = getattr(client, "_base_url", None)
+        entry = self.labels.get(id(url))
+        if entry is not None and entry[0] is url and entry[1] is client.__class__:
+            return entry[2], entry[3]
+        provider = self.provider(client)
+        genai = genai_provider(provider, self.name)
+        if url is not None and len(self.labels) < _MAX_LABELS:
+            self.labels[id(url)] = (url, client.__class__, provider, genai)
+        return provider, genai
 
 
 def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | None:
@@ -60,12 +78,13 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
     start = None
     if cell is not None and cell[0] is not None:
         start, cell[0] = cell[0], None  # one method entry, one call
-    provider = sdk.provider(client)
+    provider, genai = sdk.labels_of(client)
     call = (AsyncSdkCall if is_async else SdkCall)(
         model if isinstance(model, str) and model else names.UNKNOWN, provider,
-        endpoint, start, genai_provider(provider, sdk.name))
-    call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
-        isinstance(body, dict) and body.get("stream"))
+        endpoint, start, genai)
+    if call._attributes:  # only the span and the GenAI metrics read it
+        call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
+            isinstance(body, dict) and body.get("stream"))
     if isinstance(body, dict):
         for key in _MAX_TOKENS_KEYS:
             limit = body.get(key)

@@ -48,7 +48,6 @@ def _http_response(result: Any) -> Any:
 
 
 _TRACED = httpx_trace.EVENTS
-_stamp = httpx_trace.stamp
 
 #: Which specialised loop of tokens.py follows the first answer token of an endpoint.
 HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC = range(4)
@@ -104,7 +103,8 @@ class SdkCall(Call):
     def __call__(self, name: str, info: dict) -> None:
         if name in _TRACED:  # about half of the events stamp nothing
             try:  # (inline: one Python call less per stamped event)
-                if _stamp(self.timeline, name, info) and self.streaming and not self._finished:
+                if httpx_trace.stamp(self.timeline, name, info) and self.streaming \
+                        and not self._finished:
                     self._closed()
             except Exception:
                 self.count_drop()
