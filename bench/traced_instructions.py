@@ -6,7 +6,8 @@ hash seed) and counts only CALLS calls after 50 of warm-up: callgrind dumps its 
 process enters `os.getppid`, called just before and just after them, and the second dump holds
 the calls alone. The cases: the bench's real openai non-stream call (bench/shim_overhead.py)
 unpatched, patched, patched with an SDK TracerProvider (BatchSpanProcessor, spans discarded),
-and the same without the phase-boundary events; and the OpenTelemetry SDK alone in a loop: a
+and the same without the phase-boundary events; the bench's one-token stream unpatched and
+patched (`unpatched_stream`, `patched_stream`); and the OpenTelemetry SDK alone in a loop: a
 span started with 5 attributes and ended, then with `propagate.inject` and 16 attributes set,
 then with 5 events too (what one call's span holds).
 """
@@ -20,6 +21,7 @@ import sys
 import tempfile
 
 CALL_CASES = ("unpatched", "patched", "traced", "traced_without_events")
+STREAM_CASES = ("unpatched_stream", "patched_stream")
 SPAN_CASES = ("span", "span_inject_attributes", "span_inject_attributes_events")
 
 
@@ -40,14 +42,16 @@ def _traced_provider() -> None:
 
 def run_case(case: str, n: int) -> None:
     """The measured process: set the case up, warm it, then `n` calls between the markers."""
-    if case in CALL_CASES:
+    if case in CALL_CASES or case in STREAM_CASES:
         from bench.shim_overhead import _openai_calls
 
-        call, _ = _openai_calls()
+        call, stream = _openai_calls()
+        if case in STREAM_CASES:
+            call = stream
         call()  # the client's own first use, before any patch
         if case.startswith("traced"):
             _traced_provider()
-        if case != "unpatched":
+        if not case.startswith("unpatched"):
             import exporter
 
             exporter.instrument()
@@ -97,12 +101,15 @@ def _instructions(case: str, n: int) -> int:
 
 def main(argv: list[str]) -> int:
     n = int(argv[0]) if argv else 200
-    per_call = {case: _instructions(case, n) / n for case in (*CALL_CASES, *SPAN_CASES)}
+    per_call = {case: _instructions(case, n) / n
+                for case in (*CALL_CASES, *STREAM_CASES, *SPAN_CASES)}
     base = per_call["unpatched"]
     print(f"instructions per call ({n:,} calls after 50 of warm-up, callgrind):")
     print(f"- openai non-stream create, unpatched: {base:,.0f}")
     for case in CALL_CASES[1:]:
         print(f"- {case.replace('_', ' ')}: +{per_call[case] - base:,.0f}")
+    print(f"- openai one-token stream, unpatched: {per_call['unpatched_stream']:,.0f}; "
+          f"patched: +{per_call['patched_stream'] - per_call['unpatched_stream']:,.0f}")
     print(f"- the phase-boundary events: "
           f"{per_call['traced'] - per_call['traced_without_events']:,.0f}")
     for case in SPAN_CASES:

@@ -15,7 +15,7 @@ fleet/absorb.py); which role a process plays is decided in runtime.py, not here.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import compress as _compress, repeat
+from itertools import compress as _compress, count as _count, repeat
 from operator import is_not as _is_not, itemgetter
 from threading import get_ident
 
@@ -48,10 +48,11 @@ class Recorder(Store):
         #: caps): a set lookup per call instead of six guard calls. Only values whose guard
         #: calls have no effect are here (never a folded, replaced or counted value).
         self._kept: set[tuple[str, str, str]] = set()
-        #: (model, provider, route, tenant) quadruples a call records as they are: the triple
-        #: is in `_kept` and the guard keeps the tenant unchanged (raw or allow-listed, not
-        #: hashed or folded; once it answered a value with itself, it always does).
-        self._kept_calls: set[tuple[str, str, str, str]] = set()
+        #: (model, provider, route, tenant) of a call -> the labels it records: the triple is
+        #: in `_kept` and the guard keeps the tenant unchanged (raw or allow-listed, not hashed
+        #: or folded; once it answered a value with itself, it always does), or the tenant is
+        #: empty (recorded as `unknown`, the guard not asked).
+        self._kept_calls: dict[tuple[str, str, str, str], tuple[str, str, str, str]] = {}
         #: Recorded (model, provider, route, tenant) -> the series of each of `_observations`
         #: (None until a value made it): no label tuple built and looked up per value. Series
         #: are never removed, so an entry stays right; bounded by `labels.max_series`.
@@ -155,8 +156,9 @@ class Recorder(Store):
     def _record_locked(self, t: CallTimeline, d: Derived) -> None:
         guard = self.guard
         raw = (t.model, t.provider, t.route, t.tenant)
-        if raw in self._kept_calls:  # the guard would return every value as it is
-            model, provider, route, tenant = with_tenant = raw
+        with_tenant = self._kept_calls.get(raw)
+        if with_tenant is not None:  # the guard would return every value as it is
+            model, provider, route, tenant = with_tenant
             base = (model, provider, route)
         else:
             model, provider, route = base = raw[:3]
@@ -168,10 +170,11 @@ class Recorder(Store):
             tenant = names.UNKNOWN if raw_tenant is None or raw_tenant == "" else \
                 guard.tenant(model, route, raw_tenant)
             with_tenant = (model, provider, route, tenant)
-            if tenant is raw_tenant and raw_tenant.__class__ is str and \
-                    raw_tenant != names.OTHER_TENANT and base == raw[:3] and base in self._kept \
+            if (tenant is raw_tenant and raw_tenant.__class__ is str and
+                    raw_tenant != names.OTHER_TENANT or raw_tenant is None or raw_tenant == "") \
+                    and base == raw[:3] and base in self._kept \
                     and len(self._kept_calls) < self.config.labels.max_series:
-                self._kept_calls.add(raw)  # type: ignore[arg-type]
+                self._kept_calls[raw] = with_tenant  # type: ignore[index]
         outcome = t.outcome if t.outcome in names.OUTCOMES else names.ERROR
         rows = self.rows
         requests = rows[names.REQUESTS_TOTAL]
@@ -208,10 +211,11 @@ class Recorder(Store):
                 self._call_series[with_tenant] = known
         values = self._per_call(d) + tuple(map(phases.get, _PHASE_NAMES))
         observations = self._observations
-        # only the values present (a non-stream call has about half): enumerate, the None test
-        # and the selection run in C, no Python step per absent value
-        for at, value in _compress(enumerate(values), map(_is_not, values, _NONES)):
-            series = known[at]
+        # only the values present (a non-stream call has about half): the pairing with their
+        # known series, the None test and the selection run in C, no Python step per absent
+        # value (`known[at]` is read before the loop sets it: zip reads it item by item)
+        for at, series, value in _compress(zip(_count(), known, values),
+                                           map(_is_not, values, _NONES)):
             if series is not None and value.__class__ is int and value >= 0 \
                     and slice_id <= series.pending_slice:
                 # `observe`'s common case inline (a valid value, a known series, the same

@@ -38,6 +38,7 @@ _CURRENT: ContextVar["SdkCall | None"] = ContextVar("ttft_exporter_current", def
 enabled = [False]
 #: Where a request body states its output limit (Chat, Responses, Anthropic Messages).
 _MAX_TOKENS_KEYS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+_MAX_TOKENS_SET = frozenset(_MAX_TOKENS_KEYS)
 #: Base URL objects an SDK's label cache holds at most.
 _MAX_LABELS = 1024
 
@@ -70,7 +71,10 @@ class SDK:
 
 def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | None:
     endpoint = sdk.endpoints.get(getattr(options, "url", None))
-    if endpoint is None or str(getattr(options, "method", "")).lower() != "post":
+    if endpoint is None:
+        return None
+    method = getattr(options, "method", "")
+    if method != "post" and str(method).lower() != "post":  # (the SDKs say "post")
         return None
     body = getattr(options, "json_data", None)
     model = body.get("model") if isinstance(body, dict) else None
@@ -85,7 +89,7 @@ def _begin(sdk: SDK, client: Any, options: Any, is_async: bool) -> SdkCall | Non
     if call._attributes:  # only the span and the GenAI metrics read it
         call.span_attributes[names.ATTR_REQUEST_STREAM] = bool(
             isinstance(body, dict) and body.get("stream"))
-    if isinstance(body, dict):
+    if isinstance(body, dict) and not _MAX_TOKENS_SET.isdisjoint(body):  # (one C call)
         for key in _MAX_TOKENS_KEYS:
             limit = body.get(key)
             if limit is not None:

@@ -19,7 +19,7 @@ from time import perf_counter_ns
 from typing import Any, Callable
 
 from .. import names
-from . import httpx_trace
+from . import deadline, httpx_trace
 from .manual import Call
 
 #: httpx response classes (httpx2 for current SDKs, httpx for older ones), where importable.
@@ -131,8 +131,13 @@ class SdkCall(Call):
         """A request (first attempt or a retry) of this call was built."""
         t = self.timeline
         t.dispatched = t.connected = t.sent = t.headers = None
-        httpx_trace.attach(request, self)
-        self.inject(request.headers)
+        extensions = request.extensions
+        if extensions.get("trace") is None:  # (`httpx_trace.attach`'s common case, inline)
+            extensions["trace"] = self
+        else:
+            httpx_trace.attach(request, self)
+        if self.span is not None or deadline.current() is not None:  # else it writes nothing
+            self.inject(request.headers)
         if not self._attributes:
             return  # nothing reads the attributes below (no span, no GenAI metrics)
         url = request.url  # (httpx's URL properties parse: ~1 µs for these three)
