@@ -72,10 +72,9 @@ def test_record_call_records_what_observe_records_value_by_value() -> None:
 
 
 def test_streamed_calls_with_every_value_present_or_absent() -> None:
-    # record_call visits only the values present (a C-level selection): streamed calls with
-    # reasoning, decode and inter-token gaps, next to calls missing any subset of the values,
-    # record what the value-by-value reference records; a trace id leaves its exemplar on the
-    # windowed families only
+    # streamed calls with reasoning, decode and inter-token gaps, next to calls missing any
+    # subset of the values, with and without a tenant, record what the value-by-value
+    # reference records; a trace id leaves its exemplar on the windowed families only
     labels = LabelConfig(max_tenants=4, max_models=3, max_series=400)
     recorder, store = Recorder(Config(labels=labels)), Store(Config(labels=labels))
     rng = random.Random(23)

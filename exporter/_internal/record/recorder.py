@@ -15,8 +15,6 @@ fleet/absorb.py); which role a process plays is decided in runtime.py, not here.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import compress as _compress, count as _count, repeat
-from operator import is_not as _is_not, itemgetter
 from threading import get_ident
 
 from .. import names
@@ -33,8 +31,6 @@ US_PER_SECOND = names.US_PER_SECOND
 InFlightKey = tuple[str, str, str]
 _UNKNOWN_KEY: InFlightKey = (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
 _FINISH_REASONS = names.FINISH_REASONS_TOTAL.name
-_PHASE_NAMES = names.PHASES
-_NONES = repeat(None)  # (endless: `map` stops at the values' end)
 _USAGE = ((names.USAGE_INPUT_TOKENS, Derived._fields.index("input_tokens")),
           (names.USAGE_CACHED_INPUT_TOKENS, Derived._fields.index("cached_input_tokens")))
 
@@ -65,9 +61,6 @@ class Recorder(Store):
             (self.families[fam.name], Derived._fields.index(fam.per_call), None)
             for fam in names.HISTOGRAMS if fam.per_call) + tuple(
             (phase_state, None, phase) for phase in names.PHASES)
-        #: The per-call families' values of a `Derived`, in `_observations`' order (one C call).
-        self._per_call = itemgetter(*(field for _, field, phase in self._observations
-                                      if phase is None))
 
     # --- recording (caller's thread; never raises) -----------------------------------------
 
@@ -209,13 +202,11 @@ class Recorder(Store):
             known = [None] * len(self._observations)
             if len(self._call_series) < self.config.labels.max_series:
                 self._call_series[with_tenant] = known
-        values = self._per_call(d) + tuple(map(phases.get, _PHASE_NAMES))
-        observations = self._observations
-        # only the values present (a non-stream call has about half): the pairing with their
-        # known series, the None test and the selection run in C, no Python step per absent
-        # value (`known[at]` is read before the loop sets it: zip reads it item by item)
-        for at, series, value in _compress(zip(_count(), known, values),
-                                           map(_is_not, values, _NONES)):
+        for at, (state, field, phase) in enumerate(self._observations):
+            value = d[field] if phase is None else phases.get(phase)
+            if value is None:
+                continue
+            series = known[at]
             if series is not None and value.__class__ is int and value >= 0 \
                     and slice_id <= series.pending_slice:
                 # `observe`'s common case inline (a valid value, a known series, the same
@@ -226,16 +217,15 @@ class Recorder(Store):
                 if len(pending) >= PENDING_MAX:
                     series.fold(self.keep)
             else:
-                state, _, phase = observations[at]
                 if phase is None:
-                    labels = with_tenant if state.has_tenant else base
+                    values = with_tenant if state.has_tenant else base
                 else:  # label order (model, phase, provider, route[, tenant]) is the sorted one
-                    labels = (model, phase, provider, route, tenant) if state.has_tenant else \
+                    values = (model, phase, provider, route, tenant) if state.has_tenant else \
                         (model, phase, provider, route)
-                series = observe(state, labels, value, slice_id)
+                series = observe(state, values, value, slice_id)
                 if series is not None:
                     known[at] = series
-            if trace_id and series is not None and series.state.windowed:
+            if trace_id and series is not None and state.windowed:
                 self._exemplar(series, value, trace_id)
         if d.gaps:  # already a batch: fold it at once
             state = self.families[names.ITL.name]
