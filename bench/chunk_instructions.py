@@ -26,20 +26,11 @@ CASES = [(fmt, loop) for fmt in FORMATS for loop in LOOPS]
 
 def run_cases(n: int) -> None:
     """Every (format, loop) of CASES in turn, each between two `os.getppid()` calls."""
-    from bench.shim_overhead import _WIRE_FORMATS, _parsed_events
+    from bench.shim_overhead import _WIRE_FORMATS, _parsed_events, no_record_call, sdk_iter
     from exporter._internal.shim import anthropic as shim_anthropic, openai as shim_openai
     from exporter._internal.shim import tokens
-    from exporter._internal.shim.sdk_call import SdkCall
 
-    class NoRecord(SdkCall):
-        __slots__ = ()
-
-        def finish_stream(self, last: Any) -> None:  # the recorder is measured apart
-            pass
-
-    def sdk_iter(it: Any) -> Any:  # what Stream.__iter__ does around its iterator
-        for item in it:
-            yield item
+    NoRecord = no_record_call()
 
     def floor(it: Any, times: list[int]) -> Any:
         append, perf = times.append, tokens.perf_counter_ns

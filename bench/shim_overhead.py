@@ -221,6 +221,26 @@ def _parsed_events(chunks: int) -> dict[str, list[Any]]:
     return out
 
 
+def no_record_call() -> type:
+    """An `SdkCall` whose stream end records nothing: the loops alone (the recorder is
+    measured apart)."""
+    from exporter._internal.shim.sdk_call import SdkCall
+
+    class NoRecord(SdkCall):
+        __slots__ = ()
+
+        def finish_stream(self, last: Any) -> None:
+            pass
+
+    return NoRecord
+
+
+def sdk_iter(it: Any) -> Any:
+    """What the SDK's `Stream.__iter__` does around its iterator."""
+    for item in it:
+        yield item
+
+
 #: (events key, endpoint, label) of the wrapper-alone rows.
 _WIRE_FORMATS = (("chat", ("openai", "/chat/completions"), "openai Chat Completions chunk"),
                  ("responses", ("openai", "/responses"), "openai Responses text delta event"),
@@ -232,21 +252,11 @@ def wrapper_alone(runs: int, chunks: int) -> list[str]:
     with tracing on, beside the floor of any Python-level wrapper and the reads alone."""
     from exporter._internal.shim import anthropic as shim_anthropic, openai as shim_openai
     from exporter._internal.shim import otel, tokens
-    from exporter._internal.shim.sdk_call import SdkCall
 
     events = _parsed_events(chunks)
     endpoints = {"openai": shim_openai.ENDPOINTS, "anthropic": shim_anthropic.ENDPOINTS}
     parsed = events["chat"]
-
-    class NoRecord(SdkCall):
-        __slots__ = ()
-
-        def finish_stream(self, last: Any) -> None:  # the recorder is measured apart
-            pass
-
-    def sdk_iter(it: Any) -> Any:  # what Stream.__iter__ does around its iterator
-        for item in it:
-            yield item
+    NoRecord = no_record_call()
 
     def bare(key: str) -> Callable[[], int]:
         def run() -> int:
