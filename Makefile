@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium screenshots proto clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the optional C loop (exporter/_internal/shim/_hotloop.c) where gcc is found.
+$(STAMP): pyproject.toml setup.py exporter/_internal/shim/_hotloop.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import shutil
+import sysconfig
 
 import anthropic
 import httpx2
@@ -22,6 +24,19 @@ from tests import test_shim_support as support
 from tests.test_shim_support import drops
 
 recorded, instrumented = support.recorded, support.instrumented
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def loop(request, monkeypatch) -> str:
+    """Every test twice: through the C loop (`_hotloop.Stamper`, which `make test` builds), and
+    through `sync_tokens`, the Python loop a build without a compiler runs."""
+    if request.param == "python":
+        monkeypatch.setattr(tokens, "Stamper", None)
+    elif tokens.Stamper is None:
+        if shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is None:
+            pytest.skip("no C compiler here: the package runs the Python loop")
+        pytest.fail("a C compiler is here but the C loop was not built (pip install -e .)")
+    return request.param
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -290,3 +305,14 @@ def test_fields_reader_is_the_instance_dict():
     assert tokens._fields(first)["delta"] is first.delta
     with pytest.raises(TypeError):
         tokens._fields(object())
+
+
+def test_the_sdk_iterates_the_loop_chosen(recorded, loop):
+    """The object the SDK's `Stream` iterates: the C iterator, or our Python generator."""
+    c = _openai(_chat_body(CHAT_MIXED))
+    stream = c.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    assert type(stream._iterator) is (tokens.Stamper if loop == "c" else type(
+        tokens.sync_tokens(iter(()), None)))
+    assert not stream._iterator.gi_running
+    list(stream)
+    _expect(recorded.one(), CHAT_MIXED)

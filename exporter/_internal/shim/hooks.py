@@ -28,7 +28,7 @@ from .. import names, runtime
 from . import httpx_trace
 from .providers import genai_provider
 from .sdk_call import AsyncSdkCall, Endpoint, SdkCall
-from .tokens import async_tokens, sync_tokens
+from .tokens import async_tokens, stamped
 
 #: Stamp of the resource method's entry, consumed by the `request()` it leads to.
 _START: ContextVar[list | None] = ContextVar("ttft_exporter_start", default=None)
@@ -207,7 +207,7 @@ def stream_hook(original: Callable, is_async: bool) -> Callable:
             if call is None:
                 call = _CURRENT.get()
             if call is not None and call.claim():
-                gen = async_tokens(inner, call) if is_async else sync_tokens(inner, call)
+                gen = async_tokens(inner, call) if is_async else stamped(inner, call)
                 call.gen = weakref.ref(gen)
                 return gen
         except Exception:

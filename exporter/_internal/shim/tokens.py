@@ -13,19 +13,38 @@ objects, a list append and our generator's resume. Any internal failure is a cou
 the rest of the stream passes through unmeasured.
 
 `async_tokens` has no loop of its own: it appends each event of the async stream to a list that
-a `sync_tokens` generator iterates (a list iterator follows appends), so one body stamps both
+the sync loop (`stamped`) iterates (a list iterator follows appends), so one body stamps both
 protocols. The hand-over is C-level, with no comparison of events (a pydantic `__eq__` costs
 ~600 ns): an append, one generator resume, and the slot cleared after it (8 bytes per event
 stay until the stream ends; the event itself is not kept).
+
+`stamped` is what the hook returns for a sync stream: the same loop as a C iterator
+(`_hotloop.Stamper`, no Python frame per event) where the optional extension was built and the
+stamps can come from the clock `perf_counter_ns()` reads, else `sync_tokens`. Both recognise the
+same events with the same reads; tests/test_stream_hot_loop.py runs every case through both.
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Callable
 
 from .sdk_call import HOT_ANTHROPIC, HOT_CHAT, HOT_RESPONSES, SdkCall
+
+#: The C loop (setup.py builds it where a compiler is found), or None. Its stamps are
+#: CLOCK_MONOTONIC readings: used only where `perf_counter_ns()` reads that clock too.
+Stamper: Any
+try:
+    from ._hotloop import Stamper
+except ImportError:  # built without a compiler: sync_tokens runs the loop
+    Stamper = None
+if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
+    Stamper = None
+
+#: What `Stamper` asks of its cold callback after each event before the first answer token.
+STAY_COLD, GO_HOT, GO_PASS = range(3)
 
 #: A pydantic model's fields, read from its instance `__dict__` through the descriptor itself:
 #: no attribute lookup, so none of the two type-attribute-cache lookups (`__getattr__`,
@@ -39,6 +58,36 @@ try:
     _fields = _BaseModel.__dict__["__dict__"].__get__
 except Exception:  # pragma: no cover - both SDKs depend on pydantic
     _fields = vars
+
+
+def stamped(inner: Any, call: SdkCall) -> Any:
+    """Every event of the sync `inner` unchanged, token events stamped: by the C loop where it
+    is built, else by `sync_tokens`."""
+    if Stamper is None:
+        return sync_tokens(inner, call)
+    t = call.timeline
+    classify = call.endpoint.classify
+    hot = call.endpoint.hot
+
+    def cold(chunk: Any, now: int, first: bool) -> int:
+        """`sync_tokens`' cold loop for one event: the full classification."""
+        try:
+            if first:
+                t.first_byte = now
+            kind = classify(chunk, call)
+            if kind is not None:
+                t.token(now, kind)
+        except Exception:
+            call.count_drop()
+            return GO_PASS
+        return STAY_COLD if t.first_answer_token is None else GO_HOT
+
+    learn: Callable[[Any], Any] | None = (
+        _anthropic_delta_event if hot == HOT_ANTHROPIC else
+        _responses_text if hot == HOT_RESPONSES else None)
+    return Stamper(iter(inner), t.token_times, cold, lambda chunk, now: _other(chunk, call, now),
+                   learn, call.finish_stream, call.end,
+                   lambda: call.end(None, abandoned=True), hot)
 
 
 def sync_tokens(inner: Any, call: SdkCall) -> Any:
@@ -198,23 +247,26 @@ def _other(chunk: Any, call: SdkCall, now: int) -> bool:
 async def async_tokens(inner: Any, call: SdkCall) -> Any:
     """Yield every event of the async `inner` unchanged, stamped by a `sync_tokens` body."""
     events: list[Any] = []
-    stamped = sync_tokens(iter(events), call)
+    stamper = stamped(iter(events), call)
     try:
         async for chunk in inner:
             events.append(chunk)
-            yield next(stamped)
+            yield next(stamper)
             events[-1] = None
     except BaseException as exc:
-        _failed(stamped, call, exc)
+        _failed(stamper, call, exc)
         raise
-    next(stamped, None)  # the list iterator ends, so does the stream: `finish_stream`
+    next(stamper, None)  # the list iterator ends, so does the stream: `finish_stream`
 
 
-def _failed(stamped: Any, call: SdkCall, exc: BaseException) -> None:
+def _failed(stamper: Any, call: SdkCall, exc: BaseException) -> None:
     """The async stream failed or was closed: end the call as `sync_tokens` does, through it
-    once it runs (the caller's traceback is left as it was)."""
-    if inspect.getgeneratorstate(stamped) != inspect.GEN_SUSPENDED:  # before the first event
-        stamped.close()
+    once it runs (the caller's traceback is left as it was). The C loop is ended directly
+    (what its `fail` and `abandon` would do; its finaliser then finds the call ended)."""
+    if not inspect.isgenerator(stamper) or \
+            inspect.getgeneratorstate(stamper) != inspect.GEN_SUSPENDED:  # before the first event
+        if inspect.isgenerator(stamper):
+            stamper.close()
         if isinstance(exc, GeneratorExit):
             call.end(None, abandoned=True)
         else:
@@ -223,9 +275,9 @@ def _failed(stamped: Any, call: SdkCall, exc: BaseException) -> None:
     traceback = exc.__traceback__
     try:
         if isinstance(exc, GeneratorExit):
-            stamped.close()
+            stamper.close()
         else:
-            stamped.throw(exc)
+            stamper.throw(exc)
     except BaseException:  # `exc` itself, raised again by the caller
         pass
     exc.__traceback__ = traceback
