@@ -316,3 +316,93 @@ def test_the_sdk_iterates_the_loop_chosen(recorded, loop):
     assert not stream._iterator.gi_running
     list(stream)
     _expect(recorded.one(), CHAT_MIXED)
+
+
+def _loops_agree(events: list, sdk: str, path: str) -> None:
+    """Both loops over the same events decide each event alike: after each event they return
+    (the same object), the call holds as many stamps, as many reasoning events and the same
+    finish reason; at the end, the same outcome."""
+    from exporter._internal.shim import anthropic as shim_anthropic, openai as shim_openai
+    from exporter._internal.shim.sdk_call import SdkCall
+
+    endpoint = {"openai": shim_openai.ENDPOINTS,
+                "anthropic": shim_anthropic.ENDPOINTS}[sdk][path]
+    seen = []
+    for loop in (tokens.stamped, tokens.sync_tokens):
+        call = SdkCall("m", sdk, endpoint, None)
+        t = call.timeline
+        after = []
+        stream = loop(iter(events), call)
+        for event in events:
+            assert next(stream) is event
+            after.append((len(t.token_times), t.reasoning_events, t.finish_reason))
+        assert next(stream, None) is None  # the end: the call's outcome
+        seen.append((after, t.outcome))
+    assert seen[0] == seen[1], (seen, events)
+
+
+def test_the_c_loop_and_the_python_loop_agree_on_random_streams(recorded, loop):
+    """Random chat, Responses and Anthropic streams, built by the SDKs' own (unvalidated)
+    constructors, with every field the fast checks read present, absent, empty, null or of
+    another type: the C loop decides every event as the Python loop does."""
+    if loop == "python":
+        pytest.skip("compares the two loops: runs once, under the C parameter")
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+    from anthropic._models import construct_type as anthropic_construct
+    from anthropic.types import RawMessageStreamEvent
+    from openai._models import construct_type
+    from openai.types.chat import ChatCompletionChunk
+    from openai.types.responses import ResponseStreamEvent
+
+    odd = st.sampled_from([None, "", 0, 7, [], ["x"], {"k": "v"}, True])
+    text = st.one_of(st.sampled_from(["x", " y", "ab"]), odd, st.text(max_size=3))
+    delta = st.fixed_dictionaries({}, optional={
+        "content": text, "role": st.sampled_from(["assistant", None]), "refusal": odd,
+        "reasoning_content": text, "tool_calls": st.sampled_from([None, [], [{
+            "index": 0, "function": {"arguments": '{"a'}}]])})
+    a_choice = st.fixed_dictionaries({"index": st.just(0), "delta": st.one_of(delta, odd)},
+                                     optional={"finish_reason": st.sampled_from(
+                                         [None, "stop", "length", "", 3])})
+    chat = st.fixed_dictionaries({"id": st.just("c"), "object": st.just(
+        "chat.completion.chunk"), "created": st.just(1), "model": st.just("m")}, optional={
+        "choices": st.one_of(st.lists(a_choice, min_size=1, max_size=2),
+                             st.lists(st.one_of(a_choice, odd), max_size=2), odd),
+        "usage": st.sampled_from([
+            None, {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}])})
+    responses = st.one_of(
+        st.fixed_dictionaries({"type": st.just("response.output_text.delta"), "item_id": st.just(
+            "i"), "output_index": st.just(0), "content_index": st.just(0),
+            "sequence_number": st.just(1)}, optional={"delta": text}),
+        st.fixed_dictionaries({"type": st.sampled_from([
+            "response.reasoning_summary_text.delta", "response.output_text.done",
+            "response.function_call_arguments.delta", "response.unknown"])},
+            optional={"delta": text, "sequence_number": st.just(1)}))
+    anthropic_event = st.one_of(
+        st.fixed_dictionaries({"type": st.just("content_block_delta"), "index": st.just(0)},
+                              optional={"delta": st.one_of(odd, st.fixed_dictionaries({
+                                  "type": st.sampled_from(["text_delta", "thinking_delta",
+                                                           "input_json_delta", "x", 5])},
+                                  optional={"text": text, "thinking": text,
+                                            "partial_json": text}))}),
+        st.fixed_dictionaries({"type": st.sampled_from(["message_delta", "content_block_stop",
+                                                       "ping", "unknown"])}))
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(st.lists(chat, min_size=1, max_size=12), st.lists(responses, min_size=1, max_size=12),
+           st.lists(anthropic_event, min_size=1, max_size=12))
+    def agree(chats: list, responses_events: list, anthropic_events: list) -> None:
+        # each stream opens with an answer token: the rest goes through the hot loops
+        start = chunk(choice(content="a"))
+        _loops_agree([construct_type(type_=ChatCompletionChunk, value=e)
+                      for e in [start, *chats]], "openai", "/chat/completions")
+        first = {"type": "response.output_text.delta", "item_id": "i", "output_index": 0,
+                 "content_index": 0, "delta": "a", "sequence_number": 0}
+        _loops_agree([construct_type(type_=ResponseStreamEvent, value=e)
+                      for e in [first, *responses_events]], "openai", "/responses")
+        opening = _block_delta(type="text_delta", text="a")
+        _loops_agree([anthropic_construct(type_=RawMessageStreamEvent, value=e)
+                      for e in [opening, *anthropic_events]], "anthropic", "/v1/messages")
+
+    assert hypothesis is not None
+    agree()
