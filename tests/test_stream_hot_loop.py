@@ -406,3 +406,34 @@ def test_the_c_loop_and_the_python_loop_agree_on_random_streams(recorded, loop):
 
     assert hypothesis is not None
     agree()
+
+
+@pytest.mark.parametrize("when", ["cold", "hot"])
+def test_a_keyboard_interrupt_in_the_classifier_reaches_the_caller(recorded, monkeypatch, loop,
+                                                                   when):
+    """Ctrl-C (a KeyboardInterrupt raised inside our classifier, where a signal can land) is
+    never swallowed: the caller gets it, and the call ends with it, from either loop."""
+    from exporter._internal.shim import openai as shim_openai
+
+    endpoint = shim_openai.ENDPOINTS["/chat/completions"]
+    classify = endpoint.classify
+
+    def interrupted(chunk, call):
+        hot = call.timeline.first_answer_token is not None
+        if (when == "hot") == hot and chunk.choices and chunk.choices[0].delta.tool_calls:
+            raise KeyboardInterrupt
+        return classify(chunk, call)
+
+    monkeypatch.setattr(endpoint, "classify", interrupted)
+    events = [chunk(choice(**tool('{"a'))), chunk(choice(content="a")),
+              chunk(choice(**tool('"b'))), chunk(choice(content="c")), "[DONE]"]
+    if when == "hot":
+        events = events[1:]
+    c = _openai(_sse(events))
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for part in c.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+            got.append(part)
+    assert len(got) == (1 if when == "hot" else 0)  # the interrupted event is not returned
+    t = recorded.one()
+    assert t.outcome != names.OK and len(t.token_times) == len(got)

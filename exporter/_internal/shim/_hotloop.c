@@ -138,15 +138,27 @@ anthropic_text(PyObject *event)
     return equal && truthy(field(delta, str_text));
 }
 
-/* Call `fn(args...)`; the result, or NULL with the error cleared (callbacks never raise by
- * design: one that does sends the rest of the stream through). */
+/* Call `fn(args...)`; the result, or NULL. An Exception is cleared (the callbacks catch their
+ * own: one that escapes sends the rest of the stream through); a KeyboardInterrupt or
+ * SystemExit raised inside the callback stays set, for `Stamper_next` to end the call with and
+ * raise, as the Python loop lets it through. */
 static PyObject *
 call(PyObject *fn, PyObject *const *args, size_t n)
 {
     PyObject *r = PyObject_Vectorcall(fn, args, n, NULL);
-    if (r == NULL)
+    if (r == NULL && PyErr_ExceptionMatches(PyExc_Exception))
         PyErr_Clear();
     return r;
+}
+
+/* `call`, every error cleared: the call's end, which has nowhere to raise to. */
+static void
+call_quietly(PyObject *fn, PyObject *const *args, size_t n)
+{
+    PyObject *r = PyObject_Vectorcall(fn, args, n, NULL);
+    if (r == NULL)
+        PyErr_Clear();
+    Py_XDECREF(r);
 }
 
 /* Hand an event the hot loop does not recognise to `other`; PASS after a failure. */
@@ -209,7 +221,8 @@ hot_event(Stamper *s, PyObject *event, long long ns)
     else {
         if (s->event_cls == NULL && s->hot != HOT_CHAT)
             learn_from(s, event);
-        to_other(s, event, now);
+        if (!PyErr_Occurred())
+            to_other(s, event, now);
     }
     Py_DECREF(now);
 }
@@ -249,22 +262,20 @@ cold_event(Stamper *s, PyObject *event, long long ns)
 static void
 ended(Stamper *s)
 {
-    PyObject *type, *value, *tb, *r;
+    PyObject *type, *value, *tb;
     s->state = DONE;
     if (PyErr_Occurred()) {
         PyErr_Fetch(&type, &value, &tb);
         PyErr_NormalizeException(&type, &value, &tb);
         if (tb != NULL && value != NULL)
             PyException_SetTraceback(value, tb);
-        r = call(s->fail, &value, value != NULL ? 1 : 0);
-        Py_XDECREF(r);
+        call_quietly(s->fail, &value, value != NULL ? 1 : 0);
         PyErr_Restore(type, value, tb);
         return;
     }
     {
         PyObject *last = s->last != NULL ? s->last : Py_None;
-        r = call(s->finish, &last, 1);
-        Py_XDECREF(r);
+        call_quietly(s->finish, &last, 1);
     }
 }
 
@@ -288,6 +299,14 @@ Stamper_next(Stamper *s)
         hot_event(s, event, ns);
     else if (s->state == COLD)
         cold_event(s, event, ns);
+    if (PyErr_Occurred()) {
+        /* a KeyboardInterrupt or SystemExit inside a callback: the call ends with it and the
+         * caller gets it (the event is not returned), as from the Python loop */
+        Py_DECREF(event);
+        ended(s);
+        s->running = 0;
+        return NULL;
+    }
     Py_INCREF(event);
     Py_XSETREF(s->last, event);
     s->running = 0;
@@ -297,13 +316,12 @@ Stamper_next(Stamper *s)
 static void
 Stamper_finalize(Stamper *s)
 {
-    PyObject *type, *value, *tb, *r;
+    PyObject *type, *value, *tb;
     if (!s->started || s->state == DONE)
         return;
     s->state = DONE;
     PyErr_Fetch(&type, &value, &tb);
-    r = call(s->abandon, NULL, 0);
-    Py_XDECREF(r);
+    call_quietly(s->abandon, NULL, 0);
     PyErr_Restore(type, value, tb);
 }
 
