@@ -6,8 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium screenshots proto clean
 
-# setup.py builds the optional C loop (exporter/_internal/shim/_hotloop.c) where gcc is found.
-$(STAMP): pyproject.toml setup.py exporter/_internal/shim/_hotloop.c
+# setup.py builds the optional C parts (the per-chunk loop, the recorder's derive and appends)
+# where gcc is found.
+$(STAMP): pyproject.toml setup.py exporter/_internal/shim/_hotloop.c \
+          exporter/_internal/record/_hotrecord.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

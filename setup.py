@@ -1,11 +1,14 @@
-"""The optional C part of the package: the per-chunk loop (exporter/_internal/shim/_hotloop.c).
+"""The optional C parts of the package: the per-chunk loop (exporter/_internal/shim/_hotloop.c)
+and a finished call's derive and per-value appends (exporter/_internal/record/_hotrecord.c).
 
-`optional=True`: where no compiler is found the build goes on without it, and tokens.py runs
-the same loop in Python, so `pip install` stays one command with no compiler needed. Everything
-else is configured in pyproject.toml.
+`optional=True`: where no compiler is found the build goes on without them, and tokens.py,
+timeline.py and recorder.py run the same code in Python, so `pip install` stays one command
+with no compiler needed. Everything else is configured in pyproject.toml.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("exporter._internal.shim._hotloop",
-                             ["exporter/_internal/shim/_hotloop.c"], optional=True)])
+                             ["exporter/_internal/shim/_hotloop.c"], optional=True),
+                   Extension("exporter._internal.record._hotrecord",
+                             ["exporter/_internal/record/_hotrecord.c"], optional=True)])

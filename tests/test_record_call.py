@@ -3,17 +3,34 @@ unchanged skip it, and each recorded label set keeps its series per family and p
 label tuple built and looked up per value). What it records must be exactly what asking the
 guard and `Store.observe` for every value records: the same series, counts, sums, pending
 batches (so the same folds), rows and drops, across label sets past the caps, missing stamps,
-new window slices and `labels.max_series` (past which a label set's series are not kept)."""
+new window slices and `labels.max_series` (past which a label set's series are not kept).
+Every test runs twice: with the per-value loop's common case in C (_hotrecord.c, which
+`make test` builds) and all in Python, as a build without a compiler runs it."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
+
 from exporter._internal import names
 from exporter._internal.config.settings import Config, LabelConfig
+from exporter._internal.record import recorder as recorder_module
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.store import Store
 from exporter._internal.record.timeline import CallTimeline, derive
+from tests.test_timeline import built_in_c
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def append_loop(request, monkeypatch) -> str:
+    if request.param == "python":
+        monkeypatch.setattr(recorder_module, "append_in_c", None)
+    elif not built_in_c("_hotrecord.append"):
+        pytest.skip("no C compiler here: the package runs the Python loop")
+    else:
+        assert recorder_module.append_in_c is not None
+    return request.param
 
 
 def reference(store: Store, t: CallTimeline) -> None:
@@ -110,3 +127,26 @@ def test_streamed_calls_with_every_value_present_or_absent() -> None:
     assert any(s.exemplars for name in windowed for s in recorder.families[name].series.values())
     assert recorder.rows[names.REQUESTS_TOTAL] == store.rows[names.REQUESTS_TOTAL]
     assert recorder.rows[names.SELF_DROPS] == store.rows[names.SELF_DROPS]
+
+
+def test_a_full_batch_folds_on_the_callers_thread_as_observe_folds_it() -> None:
+    # calls of one label set within one window slice: each series' batch fills up
+    # (PENDING_MAX) and folds into its histogram before any reader takes it
+    recorder, store = Recorder(Config()), Store(Config())
+    now = 10**12
+    for i in range(300):
+        t = CallTimeline(start=now + i, model="m", provider="p", route="/a", tenant="t",
+                         dispatched=now + i + 1000, sent=now + i + 9000,
+                         headers=now + i + 10**6 + i, end=now + i + 2 * 10**6,
+                         output_tokens=40, outcome=names.OK)
+        recorder.record_call(t)
+        reference(store, t)
+    for name, state in recorder.families.items():
+        theirs = store.families[name].series
+        assert state.series.keys() == theirs.keys(), name
+        for values, series in state.series.items():
+            other = theirs[values]
+            assert (series.hist.count, series.hist.total, series.pending) == \
+                (other.hist.count, other.hist.total, other.pending), (name, values)
+    server_phase = recorder.families[names.PHASE_FAMILY.name].series[("m", "server", "p", "/a")]
+    assert server_phase.hist.count == 256 and len(server_phase.pending) == 300 - 256

@@ -1,11 +1,37 @@
-"""Derived metrics over synthetic timelines (stamps in ns; derived values in us)."""
+"""Derived metrics over synthetic timelines (stamps in ns; derived values in us), by both
+`derive`s: the C one (_hotrecord.c, which `make test` builds) and the Python definition."""
 
 import dataclasses
+import shutil
+import sysconfig
 
 import pytest
 
 from exporter._internal import names
-from exporter._internal.record.timeline import CallTimeline, derive, new_timeline, phases
+from exporter._internal.record import timeline as timeline_module
+from exporter._internal.record.timeline import CallTimeline, derive_in_python, new_timeline, \
+    phases
+
+
+def built_in_c(function_name: str) -> bool:
+    """Whether the C part is built; a test fails when a compiler is here but it was not."""
+    try:
+        from exporter._internal.record import _hotrecord  # noqa: F401
+    except ImportError:
+        if shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is None:
+            return False
+        pytest.fail(f"a C compiler is here but {function_name} was not built (pip install -e .)")
+    return True
+
+
+@pytest.fixture(params=["c", "python"])
+def derive(request):
+    if request.param == "python":
+        return derive_in_python
+    if not built_in_c("_hotrecord.derive"):
+        pytest.skip("no C compiler here: the package runs the Python derive")
+    assert timeline_module.derive is not derive_in_python
+    return timeline_module.derive
 
 MS = 1_000_000  # ns
 
@@ -17,7 +43,7 @@ def timeline(**stamps_ms):
     return t
 
 
-def test_full_stream_with_reasoning():
+def test_full_stream_with_reasoning(derive):
     t = timeline(dispatched=2, connected=12, sent=13, headers=113)
     # framing events (role-only delta, usage chunk) are not token events: only tokens are noted
     for ms, kind in ((300, "reasoning"), (320, "reasoning"), (900, "content"), (930, "content"),
@@ -44,7 +70,7 @@ def test_no_reasoning_means_no_reasoning_phase_not_zero():
     assert phases(t)["decode"] == 10_000
 
 
-def test_single_token_stream():
+def test_single_token_stream(derive):
     t = timeline()
     t.token(50 * MS)
     t.end = 60 * MS
@@ -53,7 +79,7 @@ def test_single_token_stream():
     assert d.gaps == [] and d.stall is None and d.tpot is None
 
 
-def test_zero_tokens_error_call():
+def test_zero_tokens_error_call(derive):
     t = timeline(sent=1, headers=40)
     t.end = 41 * MS
     d = derive(t)
@@ -68,7 +94,7 @@ def test_missing_stamps_give_no_phase():
     assert phases(t) == {"queue": 1000, "server": 4000}
 
 
-def test_reasoning_only_stream_has_no_answer():
+def test_reasoning_only_stream_has_no_answer(derive):
     t = timeline()
     t.token(10 * MS, "reasoning")
     t.token(20 * MS, "reasoning")
@@ -77,7 +103,7 @@ def test_reasoning_only_stream_has_no_answer():
     assert d.ttft == 10_000
 
 
-def test_tpot_uses_usage_count_over_event_count():
+def test_tpot_uses_usage_count_over_event_count(derive):
     t = timeline()
     t.token(100 * MS)
     t.token(200 * MS)  # one event may carry several tokens
@@ -91,7 +117,7 @@ def test_out_of_order_stamps_are_not_derived():
 
 
 
-def test_new_timeline_is_the_dataclass_with_its_defaults():
+def test_new_timeline_is_the_dataclass_with_its_defaults(derive):
     # every field (a new one too) as the dataclass __init__ sets it: the same values, a list
     # of its own per timeline
     fast = new_timeline(7, "m", "p", "r", "t")
@@ -104,3 +130,53 @@ def test_new_timeline_is_the_dataclass_with_its_defaults():
     assert derive(fast) == derive(CallTimeline(start=7, model="m", provider="p", route="r",
                                                tenant="t", token_times=[10], first_token=10,
                                                first_answer_token=10))
+
+
+def _outcome(function, t: CallTimeline):
+    """What `function(t)` gives: each field with its type (an int is not a bool or a float),
+    the phases in their order; or the exception's type."""
+    try:
+        d = function(t)
+    except Exception as exc:  # noqa: BLE001 - the very exception is what is compared
+        return type(exc)
+    return type(d), [(type(value), value) for value in d[:10]], list(d.phases.items()), d.gaps
+
+
+def test_c_derive_is_the_python_definition_for_any_timeline():
+    # every field, stamps in and out of order or missing, and input no call should carry
+    # (negative, huge, bool and float values, a stamp list that is not a list): the C derive
+    # answers as the Python definition does, raising where it raises
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    if not built_in_c("_hotrecord.derive"):
+        pytest.skip("no C compiler here: the package runs the Python derive")
+    base = 10**12
+    # stamps on a coarse grid (equal stamps are common) or anywhere, ns apart (floor division)
+    on_grid = st.integers(-2, 12).map(lambda k: base + k * 1_000_000)
+    anywhere = st.integers(base - 10**9, base + 10**10)
+    stamp = st.one_of(st.none(), on_grid, on_grid, anywhere,
+                      st.sampled_from([0, -1, -1001, 2**62 - 1, 2**62, -2**62, 2**63, 2**70,
+                                       True, base + 0.5]))
+    count = st.one_of(st.none(), st.integers(-3, 5), st.integers(0, 10**6),
+                      st.sampled_from([2**62 - 1, 2**62, -2**62, 2**63, True, False, 2.0, "7"]))
+    times = st.one_of(st.lists(on_grid, max_size=8).map(sorted),
+                      st.lists(st.one_of(on_grid, anywhere), max_size=8).map(sorted),
+                      st.lists(st.one_of(on_grid, anywhere), max_size=8),
+                      st.lists(st.sampled_from([base, -1001, 2**62, 2**63, base + 0.5, True]),
+                               max_size=3),
+                      st.just((base, base + 10)))
+    fields = ("start", "dispatched", "connected", "sent", "headers", "first_token",
+              "first_answer_token", "end")
+
+    @settings(max_examples=3000, deadline=None, derandomize=True)
+    @given(st.tuples(*(stamp for _ in fields)), times, st.tuples(count, count, count, count),
+           st.one_of(st.integers(0, 3), st.sampled_from([None, -1, 2**64])))
+    def check(stamps, token_times, counts, reasoning_events):
+        t = CallTimeline(start=0, token_times=token_times, reasoning_events=reasoning_events)
+        for name, value in zip(fields, stamps):
+            setattr(t, name, value)
+        (t.input_tokens, t.output_tokens, t.cached_input_tokens, t.max_tokens) = counts
+        assert _outcome(timeline_module.derive, t) == _outcome(derive_in_python, t)
+
+    check()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from threading import get_ident
+from typing import Any
 
 from .. import names
 from ..config.settings import Config
@@ -33,6 +34,14 @@ _UNKNOWN_KEY: InFlightKey = (names.UNKNOWN, names.UNKNOWN, names.UNKNOWN)
 _FINISH_REASONS = names.FINISH_REASONS_TOTAL.name
 _USAGE = ((names.USAGE_INPUT_TOKENS, Derived._fields.index("input_tokens")),
           (names.USAGE_CACHED_INPUT_TOKENS, Derived._fields.index("cached_input_tokens")))
+
+#: The per-value loop's common case in C (_hotrecord.c; setup.py builds it where a compiler is
+#: found), or None: `_record_locked` then runs it in Python.
+append_in_c: Any
+try:
+    from ._hotrecord import append as append_in_c
+except ImportError:
+    append_in_c = None
 
 
 class Recorder(Store):
@@ -61,6 +70,10 @@ class Recorder(Store):
             (self.families[fam.name], Derived._fields.index(fam.per_call), None)
             for fam in names.HISTOGRAMS if fam.per_call) + tuple(
             (phase_state, None, phase) for phase in names.PHASES)
+        #: Where each observation's value is, for the C loop: its index in Derived, or its phase.
+        self._value_keys = tuple(phase if field is None else field
+                                 for _, field, phase in self._observations)
+        self._every_observation = range(len(self._observations))
 
     # --- recording (caller's thread; never raises) -----------------------------------------
 
@@ -202,7 +215,14 @@ class Recorder(Store):
             known = [None] * len(self._observations)
             if len(self._call_series) < self.config.labels.max_series:
                 self._call_series[with_tenant] = known
-        for at, (state, field, phase) in enumerate(self._observations):
+        observations = self._observations
+        if append_in_c is None or trace_id:  # (an exemplar per value: the Python loop's)
+            left = self._every_observation
+        else:  # the values the C loop left: a new series or slice, a bad value
+            left = append_in_c(self._value_keys, known, d, slice_id, dirty, self.keep,
+                               PENDING_MAX) or ()
+        for at in left:
+            state, field, phase = observations[at]
             value = d[field] if phase is None else phases.get(phase)
             if value is None:
                 continue

@@ -158,8 +158,9 @@ def phases(t: CallTimeline) -> dict[str, int]:
     return out
 
 
-def derive(t: CallTimeline) -> Derived:
-    """Every histogram value of one finished call."""
+def derive_in_python(t: CallTimeline) -> Derived:
+    """Every histogram value of one finished call: the definition, and `derive` where the
+    optional C part (_hotrecord.c, the same arithmetic without a Python frame) is not built."""
     times = t.token_times
     events = len(times)
     gaps = gaps_us(times) if events > 1 else []
@@ -197,4 +198,13 @@ def derive(t: CallTimeline) -> Derived:
 
 
 _new_tuple = tuple.__new__
+
+try:
+    from ._hotrecord import bind as _bind_c
+    from ._hotrecord import derive as _derive_in_c
+except ImportError:  # built without a compiler: the Python definition
+    derive = derive_in_python
+else:
+    _bind_c(Derived, derive_in_python, names.PHASES)
+    derive = _derive_in_c
 

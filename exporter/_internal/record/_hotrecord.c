@@ -1,0 +1,366 @@
+/* A finished call's arithmetic and appends in C: timeline.py's `derive` and the common case of
+ * the recorder's per-value loop (recorder.py), without a Python frame or bytecode per value.
+ *
+ * Both are exact copies of the Python code beside them, which stays the definition and the
+ * fallback (a build without a compiler runs it, and so does anything this file does not take):
+ * - `derive(t)` takes a timeline whose stamps and token counts are plain ints within +-2^62;
+ *   for any other timeline (a float, a bool, a huge int, a subclass) it calls the Python
+ *   `derive` it was bound to, so odd input gets the very answer, or exception, it got before.
+ * - `append(keys, known, derived, slice_id, dirty, keep, pending_max)` appends every present
+ *   value whose series is known, whose value is a valid int and whose window slice is open, as
+ *   the Python loop's inline common case does, and returns the positions it left (None: none)
+ *   for the Python loop to take (a new series, a new slice, a bad value: its counted drops).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define NS_PER_US 1000LL
+
+static PyObject *derived_type;   /* timeline.Derived */
+static PyObject *python_derive;  /* timeline.derive_in_python */
+static PyObject *phase_names;    /* names.PHASES: queue ... prefill, reasoning, decode */
+
+static PyObject *str_start, *str_dispatched, *str_connected, *str_sent, *str_headers,
+    *str_first_token, *str_first_answer_token, *str_end, *str_token_times,
+    *str_reasoning_events, *str_input_tokens, *str_output_tokens, *str_cached_input_tokens,
+    *str_max_tokens, *str_pending, *str_pending_slice, *str_fold;
+
+/* Python's floor division by a positive divisor. */
+static inline long long
+floordiv(long long a, long long b)
+{
+    long long q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* Stamps and token counts this file takes: any two differ by less than 2^63, so no
+ * subtraction below overflows. Anything outside goes to the Python code. */
+#define LIMIT (1LL << 62)
+
+/* An int within +-LIMIT as a C integer: 0; None: 1; anything else: -1. */
+static inline int
+as_int(PyObject *value, long long *out)
+{
+    int overflow;
+    if (value == Py_None)
+        return 1;
+    if (!PyLong_CheckExact(value))
+        return -1;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    return (overflow || *out >= LIMIT || *out <= -LIMIT) ? -1 : 0;
+}
+
+/* (b - a) // 1000 as an int, or None when a stamp is missing or b < a (timeline._span). */
+static PyObject *
+span_us(int a_absent, long long a, int b_absent, long long b)
+{
+    if (a_absent || b_absent || b < a)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(floordiv(b - a, NS_PER_US));
+}
+
+/* phases[name] = value (a new reference, consumed); -1 on an error. */
+static int
+set_phase(PyObject *phases, Py_ssize_t which, PyObject *value)
+{
+    int rc;
+    if (value == NULL)
+        return -1;
+    rc = PyDict_SetItem(phases, PyTuple_GET_ITEM(phase_names, which), value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* The timeline's fields this file reads, in this order; the first six are the stamps the
+ * consecutive phases lie between. */
+enum { START, DISPATCHED, CONNECTED, SENT, HEADERS, FIRST_TOKEN, FIRST_ANSWER, END,
+       REASONING_EVENTS, OUTPUT_TOKENS, MAX_TOKENS, INPUT_TOKENS, CACHED_INPUT_TOKENS,
+       TOKEN_TIMES, N_FIELDS };
+
+static PyObject *
+derive(PyObject *module, PyObject *t)
+{
+    PyObject **field_names[N_FIELDS] = {
+        &str_start, &str_dispatched, &str_connected, &str_sent, &str_headers, &str_first_token,
+        &str_first_answer_token, &str_end, &str_reasoning_events, &str_output_tokens,
+        &str_max_tokens, &str_input_tokens, &str_cached_input_tokens, &str_token_times};
+    PyObject *field[N_FIELDS] = {NULL}, *items[12] = {NULL}, *times, *d, *value;
+    long long v[INPUT_TOKENS] = {0}, last = 0, output, head;
+    int absent[INPUT_TOKENS], i;
+    Py_ssize_t events, k;
+
+    if (derived_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_hotrecord.bind was not called");
+        return NULL;
+    }
+    for (i = 0; i < N_FIELDS; i++)
+        if ((field[i] = PyObject_GetAttr(t, *field_names[i])) == NULL)
+            goto error;
+    for (i = 0; i < INPUT_TOKENS; i++) /* the integers read as such; the rest passed through */
+        if ((absent[i] = as_int(field[i], &v[i])) < 0)
+            goto python;
+    if (absent[REASONING_EVENTS]) /* None: Python's truth test takes it */
+        goto python;
+    times = field[TOKEN_TIMES];
+    if (!PyList_CheckExact(times))
+        goto python;
+    events = PyList_GET_SIZE(times);
+    for (k = 0; k < events; k++)
+        if (as_int(PyList_GET_ITEM(times, k), &last) != 0)
+            goto python;
+
+    /* the inter-token gaps (gaps_us) and the longest (stall: the first of equal maxima) */
+    PyObject *stall = Py_None;
+    long long longest = 0;
+    if ((items[11] = PyList_New(events > 1 ? events - 1 : 0)) == NULL)
+        goto error;
+    for (k = 1; k < events; k++) {
+        long long gap = floordiv(PyLong_AsLongLong(PyList_GET_ITEM(times, k)) -
+                                 PyLong_AsLongLong(PyList_GET_ITEM(times, k - 1)), NS_PER_US);
+        if ((value = PyLong_FromLongLong(gap)) == NULL)
+            goto error;
+        PyList_SET_ITEM(items[11], k - 1, value);
+        if (stall == Py_None || gap > longest)
+            stall = value, longest = gap;
+    }
+    /* the phases between consecutive stamps, then reasoning and decode (timeline.phases) */
+    if ((items[10] = PyDict_New()) == NULL)
+        goto error;
+    for (i = START; i < FIRST_TOKEN; i++)
+        if (!absent[i] && !absent[i + 1] && v[i + 1] >= v[i] &&
+            set_phase(items[10], i, PyLong_FromLongLong(floordiv(v[i + 1] - v[i], NS_PER_US))))
+            goto error;
+    if (!absent[FIRST_ANSWER]) {
+        if (v[REASONING_EVENTS] && !absent[FIRST_TOKEN] && v[FIRST_ANSWER] >= v[FIRST_TOKEN] &&
+            set_phase(items[10], 5, span_us(0, v[FIRST_TOKEN], 0, v[FIRST_ANSWER])))
+            goto error;
+        if (events && last >= v[FIRST_ANSWER] &&
+            set_phase(items[10], 6,
+                      PyLong_FromLongLong(floordiv(last - v[FIRST_ANSWER], NS_PER_US))))
+            goto error;
+    }
+    items[0] = span_us(absent[START], v[START], absent[FIRST_TOKEN], v[FIRST_TOKEN]);
+    items[1] = span_us(absent[START], v[START], absent[FIRST_ANSWER], v[FIRST_ANSWER]);
+    /* tpot: output = t.output_tokens if t.output_tokens else events */
+    output = (!absent[OUTPUT_TOKENS] && v[OUTPUT_TOKENS]) ? v[OUTPUT_TOKENS] : events;
+    if (!absent[FIRST_TOKEN] && events && output >= 2 && last > v[FIRST_TOKEN])
+        items[2] = PyLong_FromLongLong(
+            floordiv(floordiv(last - v[FIRST_TOKEN], NS_PER_US), output - 1));
+    else
+        items[2] = Py_NewRef(Py_None);
+    items[3] = Py_NewRef(stall);
+    items[4] = span_us(absent[START], v[START], absent[END], v[END]);
+    items[5] = Py_NewRef(field[INPUT_TOKENS]);
+    items[6] = Py_NewRef(field[OUTPUT_TOKENS]);
+    items[7] = Py_NewRef(field[CACHED_INPUT_TOKENS]);
+    items[8] = Py_NewRef(field[MAX_TOKENS]);
+    if (!absent[MAX_TOKENS] && !absent[OUTPUT_TOKENS]) {
+        head = v[MAX_TOKENS] - v[OUTPUT_TOKENS];
+        items[9] = PyLong_FromLongLong(head > 0 ? head : 0);
+    } else
+        items[9] = Py_NewRef(Py_None);
+    for (i = 0; i < 12; i++)
+        if (items[i] == NULL)
+            goto error;
+    if ((d = ((PyTypeObject *)derived_type)->tp_alloc((PyTypeObject *)derived_type, 12)) == NULL)
+        goto error;
+    for (i = 0; i < 12; i++)
+        PyTuple_SET_ITEM(d, i, items[i]);
+    for (i = 0; i < N_FIELDS; i++)
+        Py_DECREF(field[i]);
+    return d;
+
+python:
+    for (i = 0; i < N_FIELDS; i++)
+        Py_XDECREF(field[i]);
+    return PyObject_CallOneArg(python_derive, t);
+
+error:
+    for (i = 0; i < 12; i++)
+        Py_XDECREF(items[i]);
+    for (i = 0; i < N_FIELDS; i++)
+        Py_XDECREF(field[i]);
+    return NULL;
+}
+
+/* 1: `value` goes to `series` here; 0: the Python loop takes it; -1: an error. */
+static int
+append_one(PyObject *series, PyObject *value, long long slice_id, PyObject *dirty,
+           PyObject *keep, Py_ssize_t pending_max)
+{
+    int overflow;
+    long long open_slice, v;
+    PyObject *pending_slice, *pending;
+
+    if (!PyLong_CheckExact(value))
+        return 0;
+    v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow < 0 || (!overflow && v < 0))
+        return 0;
+    pending_slice = PyObject_GetAttr(series, str_pending_slice);
+    if (pending_slice == NULL)
+        return -1;
+    open_slice = PyLong_AsLongLongAndOverflow(pending_slice, &overflow);
+    Py_DECREF(pending_slice);
+    if (overflow || (open_slice == -1 && PyErr_Occurred()) || slice_id > open_slice) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PySet_Add(dirty, series) < 0)
+        return -1;
+    pending = PyObject_GetAttr(series, str_pending);
+    if (pending == NULL)
+        return -1;
+    if (PyList_Append(pending, value) < 0) {
+        Py_DECREF(pending);
+        return -1;
+    }
+    if (PyList_GET_SIZE(pending) >= pending_max) {
+        PyObject *folded = PyObject_CallMethodOneArg(series, str_fold, keep);
+        if (folded == NULL) {
+            Py_DECREF(pending);
+            return -1;
+        }
+        Py_DECREF(folded);
+    }
+    Py_DECREF(pending);
+    return 1;
+}
+
+static PyObject *
+append(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *keys, *known, *d, *dirty, *keep, *phases, *left = NULL;
+    long long slice_id;
+    Py_ssize_t n, at, pending_max;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append(keys, known, derived, slice_id, dirty, keep, "
+                                         "pending_max) takes 7 arguments");
+        return NULL;
+    }
+    keys = args[0], known = args[1], d = args[2], dirty = args[4], keep = args[5];
+    if (!PyTuple_Check(keys) || !PyList_CheckExact(known) || !PyTuple_Check(d) ||
+        PyTuple_GET_SIZE(d) < 11 || !PySet_Check(dirty) ||
+        PyList_GET_SIZE(known) != PyTuple_GET_SIZE(keys)) {
+        PyErr_SetString(PyExc_TypeError, "append: unexpected argument types");
+        return NULL;
+    }
+    slice_id = PyLong_AsLongLong(args[3]);
+    if (slice_id == -1 && PyErr_Occurred())
+        return NULL;
+    pending_max = PyLong_AsSsize_t(args[6]);
+    if (pending_max == -1 && PyErr_Occurred())
+        return NULL;
+    phases = PyTuple_GET_ITEM(d, 10);
+    if (!PyDict_CheckExact(phases)) {
+        PyErr_SetString(PyExc_TypeError, "append: the phases are not a dict");
+        return NULL;
+    }
+    n = PyTuple_GET_SIZE(keys);
+    for (at = 0; at < n; at++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, at), *value, *series;
+        int done;
+        if (PyLong_CheckExact(key)) { /* a field of Derived */
+            Py_ssize_t field = PyLong_AsSsize_t(key);
+            if (field < 0 || field >= PyTuple_GET_SIZE(d)) {
+                PyErr_SetString(PyExc_IndexError, "append: a field out of range");
+                goto error;
+            }
+            value = PyTuple_GET_ITEM(d, field);
+        } else { /* a phase */
+            value = PyDict_GetItemWithError(phases, key);
+            if (value == NULL) {
+                if (PyErr_Occurred())
+                    goto error;
+                continue;
+            }
+        }
+        if (value == Py_None)
+            continue;
+        series = PyList_GET_ITEM(known, at);
+        done = series == Py_None ? 0
+                                 : append_one(series, value, slice_id, dirty, keep, pending_max);
+        if (done < 0)
+            goto error;
+        if (done)
+            continue;
+        if (left == NULL && (left = PyList_New(0)) == NULL)
+            goto error;
+        {
+            PyObject *position = PyLong_FromSsize_t(at);
+            if (position == NULL || PyList_Append(left, position) < 0) {
+                Py_XDECREF(position);
+                goto error;
+            }
+            Py_DECREF(position);
+        }
+    }
+    if (left == NULL)
+        Py_RETURN_NONE;
+    return left;
+
+error:
+    Py_XDECREF(left);
+    return NULL;
+}
+
+static PyObject *
+bind(PyObject *module, PyObject *args)
+{
+    PyObject *cls, *fallback_derive, *phases;
+    if (!PyArg_ParseTuple(args, "O!OO!", &PyType_Type, &cls, &fallback_derive, &PyTuple_Type,
+                          &phases))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) || PyTuple_GET_SIZE(phases) != 7) {
+        PyErr_SetString(PyExc_ValueError,
+                        "bind(Derived, derive_in_python, PHASES): a tuple type, seven phases");
+        return NULL;
+    }
+    Py_XSETREF(derived_type, Py_NewRef(cls));
+    Py_XSETREF(python_derive, Py_NewRef(fallback_derive));
+    Py_XSETREF(phase_names, Py_NewRef(phases));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"derive", (PyCFunction)derive, METH_O,
+     "derive(t) -> Derived: timeline.derive in C (other input: the bound Python derive)."},
+    {"append", (PyCFunction)(void (*)(void))append, METH_FASTCALL,
+     "append(keys, known, derived, slice_id, dirty, keep, pending_max) -> positions left, "
+     "or None: the "
+     "recorder's per-value common case."},
+    {"bind", bind, METH_VARARGS,
+     "bind(Derived, derive_in_python, PHASES): what derive builds on."},
+    {NULL}};
+
+static struct PyModuleDef hotrecord_module = {
+    PyModuleDef_HEAD_INIT, "_hotrecord",
+    "A finished call's derive and per-value appends in C (the Python code is the fallback).",
+    -1, methods};
+
+PyMODINIT_FUNC
+PyInit__hotrecord(void)
+{
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(str_start, "start");
+    INTERN(str_dispatched, "dispatched");
+    INTERN(str_connected, "connected");
+    INTERN(str_sent, "sent");
+    INTERN(str_headers, "headers");
+    INTERN(str_first_token, "first_token");
+    INTERN(str_first_answer_token, "first_answer_token");
+    INTERN(str_end, "end");
+    INTERN(str_token_times, "token_times");
+    INTERN(str_reasoning_events, "reasoning_events");
+    INTERN(str_input_tokens, "input_tokens");
+    INTERN(str_output_tokens, "output_tokens");
+    INTERN(str_cached_input_tokens, "cached_input_tokens");
+    INTERN(str_max_tokens, "max_tokens");
+    INTERN(str_pending, "pending");
+    INTERN(str_pending_slice, "pending_slice");
+    INTERN(str_fold, "fold");
+#undef INTERN
+    return PyModule_Create(&hotrecord_module);
+}
