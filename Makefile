@@ -4,12 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium screenshots proto clean
+.PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto clean
 
-# setup.py builds the optional C parts (the per-chunk loop, the recorder's derive and appends)
-# where gcc is found.
-$(STAMP): pyproject.toml setup.py exporter/_internal/shim/_hotloop.c \
-          exporter/_internal/record/_hotrecord.c
+# setup.py builds the optional C parts (exporter/_internal/*/_hot*.c) where gcc is found.
+$(STAMP): pyproject.toml setup.py $(wildcard exporter/_internal/*/_hot*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -41,6 +39,12 @@ chromium:
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; \
 	fi
 
+# Debian's valgrind: `make bench` counts a call's instructions part by part with callgrind.
+valgrind:
+	@if ! command -v valgrind >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends valgrind; \
+	fi
+
 demo: $(STAMP) assets
 	$(VENV)/bin/ttft-exporter demo
 
@@ -58,7 +62,7 @@ calm-test: $(STAMP) assets prometheus
 screenshots: $(STAMP) assets prometheus chromium
 	TTFT_SCREENSHOTS=1 $(PY) -m pytest -q tests/test_view_browser.py
 
-bench: $(STAMP)
+bench: $(STAMP) valgrind
 	$(PY) -m pip install -q -e '.[test,bench]'  # the peers measured side by side
 	$(PY) -m bench
 

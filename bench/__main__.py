@@ -18,6 +18,7 @@ SECTIONS = [
     ("bench.accuracy", "Accuracy of the quantiles"),
     ("bench.shim_overhead", "SDK patch overhead (issue #3) and tracing (issue #6)"),
     ("bench.call_table", "Added per call, warm and cold, beside OpenLLMetry (issue #23)"),
+    ("bench.call_instructions", "Where a call's added instructions go (issue #23)"),
     ("bench.push", "Multi-process push and aggregator (issue #5)"),
     ("bench.native", "Native histograms over protobuf (issue #13)"),
     ("bench.diagnose", "diagnose on the incident day (issue #14)"),

@@ -1,9 +1,23 @@
+"""The HDR histogram against HdrHistogram itself. Every test runs twice: with a batch's
+bucket grouping in C (_hotrecord.c, which `make test` builds) and in Python."""
+
 import random
 
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from exporter._internal.record.histogram import Histogram, Layout, quantiles_of
+from exporter._internal.record import histogram as histogram_module
+from exporter._internal.record.histogram import BISECT_BATCH, Histogram, Layout, quantiles_of
+from tests.test_timeline import built_in_c
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def grouping(request, monkeypatch) -> str:
+    if request.param == "python":
+        monkeypatch.setattr(histogram_module, "bucket_groups", None)
+    elif not built_in_c("_hotrecord.bucket_groups"):
+        pytest.skip("no C compiler here: the package runs the Python grouping")
+    return request.param
 
 HOUR_US = 3_600_000_000
 QS = [0.0001, 0.5, 0.9, 0.99, 0.999, 1.0]
@@ -149,3 +163,29 @@ def _one(layout):
     h = Histogram(layout)
     h.record(1)
     return h
+
+
+def test_c_grouping_is_the_python_grouping(grouping, monkeypatch):
+    # any batch, small (value by value in Python) or large (bisection), any layout, values at
+    # 0, at the highest and beyond it (clamped), mostly in shared buckets or all apart
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    if grouping == "python":
+        pytest.skip("compares the two groupings: runs once, under the C parameter")
+    c_grouping = histogram_module.bucket_groups
+    layouts = [Layout(HOUR_US, digits) for digits in (1, 2, 3)] + [Layout(1000, 2), Layout(2, 1)]
+    value = st.one_of(st.integers(0, 3000), st.integers(0, 2 * HOUR_US),
+                      st.sampled_from([0, 1, HOUR_US, 2**62 - 1, 2**62, 2**70]))
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(st.sampled_from(layouts),
+           st.one_of(st.lists(value, min_size=1, max_size=40),
+                     st.lists(value, min_size=BISECT_BATCH, max_size=BISECT_BATCH + 300)))
+    def check(layout, values):
+        monkeypatch.setattr(histogram_module, "bucket_groups", None)
+        expected = layout.bucketize(values)
+        monkeypatch.setattr(histogram_module, "bucket_groups", c_grouping)
+        assert layout.bucketize(values) == expected
+
+    check()

@@ -139,10 +139,10 @@ def test_internal_failures_are_counted_drops_never_raised(server, monkeypatch):
         assert drops() == 1 and rec.one().outcome == names.OK
         monkeypatch.undo()
 
-        def bad_stamp(t, name):
+        def bad_headers(t, now, info):
             raise RuntimeError("trace bug")
 
-        monkeypatch.setattr(httpx_trace, "stamp", bad_stamp)
+        monkeypatch.setattr(httpx_trace, "note_headers", bad_headers)
         assert c.chat.completions.create(model="m", messages=MESSAGES).choices
         assert drops() > 1 and rec.one().outcome == names.OK
     finally:

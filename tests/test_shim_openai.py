@@ -21,8 +21,10 @@ from tests import test_shim_support as support
 from tests.support.timing import timing
 from tests.test_shim_support import Recorded, assert_from_wire, assert_near, drops, script
 
-# Shared fixtures of tests/test_shim_support.py.
+# Shared fixtures of tests/test_shim_support.py; every test runs with both trace extensions.
 server, recorded, instrumented = support.server, support.recorded, support.instrumented
+trace_extension = support.trace_extension
+pytestmark = pytest.mark.usefixtures("trace_extension")
 
 MESSAGES = [{"role": "user", "content": "why is my first token slow?"}]
 TOOLS = [{"type": "function", "function": {

@@ -76,6 +76,22 @@ def server():
         yield running
 
 
+@pytest.fixture(params=["c", "python"])
+def trace_extension(request, monkeypatch) -> str:
+    """A test twice: with a sync call's C trace extension (`httpx_trace.Tracer`, which
+    `make test` builds) and with the call itself as the extension, as without a compiler."""
+    from exporter._internal.shim import sdk_call
+    from tests.test_timeline import built_in_c
+
+    if request.param == "python":
+        monkeypatch.setattr(sdk_call, "_Tracer", None)
+    elif not built_in_c("_hottrace.Tracer"):
+        pytest.skip("no C compiler here: the call itself is the trace extension")
+    else:
+        assert sdk_call._Tracer is not None
+    return request.param
+
+
 @pytest.fixture
 def instrumented():
     exporter.instrument()
@@ -221,6 +237,59 @@ def test_trace_stamps_new_and_reused_connections():
     assert reused.connected == reused.dispatched is not None  # connect = 0 on reuse
     assert httpx_trace.stamp(reused, "some.unknown.event") is False
     assert derive(reused).phases["connect"] == 0
+
+
+def test_c_trace_extension_steps_as_the_python_one(monkeypatch):
+    # any sequence of httpcore's events (known, failed, unknown), with or without response
+    # headers (a processing time, a bad one, none), a header callback that fails, a stream
+    # open or ended: the C extension (`Tracer`) stamps the same fields in the same order,
+    # reports the close and counts the drops as `SdkCall.__call__` does
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    from exporter._internal.shim.sdk_call import SdkCall
+    from tests.test_timeline import built_in_c
+
+    if not built_in_c("_hottrace.Tracer"):
+        pytest.skip("no C compiler here: the call itself is the trace extension")
+    assert httpx_trace.Tracer is not None
+    headers = [(b"content-type", b"text/event-stream"), (b"Openai-Processing-Ms", b"12")]
+    info = st.sampled_from([None, {}, {"return_value": (b"HTTP/1.1", 200, b"OK", headers)},
+                            {"return_value": (b"HTTP/1.1", 200, b"OK", [(b"openai-processing-ms",
+                                                                         b"x")])},
+                            {"return_value": None}, {"boom": True}])
+    event = st.sampled_from([*httpx_trace.EVENTS, "connection.connect_tcp.failed",
+                             "http11.receive_response_body.started", "unknown"])
+    real_note_headers = httpx_trace.note_headers
+
+    def note_headers(t, now, info):
+        if "boom" in info:
+            raise RuntimeError("a bug in the headers callback")
+        real_note_headers(t, now, info)
+
+    monkeypatch.setattr(httpx_trace, "note_headers", note_headers)
+
+    def run(c_extension, events, streaming, finished):
+        t = CallTimeline(start=0)
+        log = []
+        call = SimpleNamespace(timeline=t, streaming=streaming, _finished=finished,
+                               _closed=lambda: log.append("closed"),
+                               count_drop=lambda: log.append("drop"))
+        tracer = httpx_trace.Tracer(call, t, httpx_trace.EVENTS, note_headers) if c_extension \
+            else lambda name, info: SdkCall.__call__(call, name, info)
+        for name, details in events:
+            assert tracer(name, details) is None
+        stamps = (t.dispatched, t.connected, t.sent, t.headers)
+        return ([s is None for s in stamps], t.connected is not None and
+                t.connected == t.dispatched, sorted(range(4), key=lambda k: (
+                    stamps[k] is None, stamps[k] or 0, k)), t.round_trip is None, log)
+
+    @settings(max_examples=500, deadline=None, derandomize=True)
+    @given(st.lists(st.tuples(event, info), max_size=14), st.booleans(), st.booleans())
+    def check(events, streaming, finished):
+        assert run(True, events, streaming, finished) == run(False, events, streaming, finished)
+
+    check()
 
 
 def test_a_request_nested_in_an_llm_call_is_not_part_of_it(instrumented):

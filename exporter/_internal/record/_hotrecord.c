@@ -10,6 +10,9 @@
  *   value whose series is known, whose value is a valid int and whose window slice is open, as
  *   the Python loop's inline common case does, and returns the positions it left (None: none)
  *   for the Python loop to take (a new series, a new slice, a bad value: its counted drops).
+ * - `bucket_groups(ordered, mask, shift, half_magnitude, half_count)` groups a sorted batch by
+ *   HDR bucket as `Layout.bucketize` does (the (indices, ends) of its Batch), in one pass; None
+ *   for a batch with a value that is not a plain int in [0, 2^62).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -305,6 +308,80 @@ error:
     return NULL;
 }
 
+/* list.append(C integer); -1 on an error. */
+static inline int
+append_int(PyObject *list, long long value)
+{
+    PyObject *item = PyLong_FromLongLong(value);
+    int rc;
+    if (item == NULL)
+        return -1;
+    rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+static PyObject *
+bucket_groups(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *ordered, *indices = NULL, *ends = NULL;
+    long long mask, shift, half_magnitude, half_count, last = -1, value, index, b;
+    Py_ssize_t n, k;
+    int overflow;
+
+    if (nargs != 5 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "bucket_groups(ordered: list, mask, shift, "
+                                         "half_magnitude, half_count)");
+        return NULL;
+    }
+    ordered = args[0];
+    mask = PyLong_AsLongLong(args[1]);
+    shift = PyLong_AsLongLong(args[2]);
+    half_magnitude = PyLong_AsLongLong(args[3]);
+    half_count = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (mask <= 0 || mask >= LIMIT || shift < 0 || shift > 62 || half_magnitude < 0 ||
+        half_magnitude > 30)
+        Py_RETURN_NONE;
+    n = PyList_GET_SIZE(ordered);
+    if ((indices = PyList_New(0)) == NULL || (ends = PyList_New(0)) == NULL)
+        goto error;
+    for (k = 0; k < n; k++) {
+        PyObject *item = PyList_GET_ITEM(ordered, k);
+        if (!PyLong_CheckExact(item))
+            goto python;
+        value = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || value < 0 || value >= LIMIT)
+            goto python;
+        /* Layout.index: b = (value | mask).bit_length() - shift */
+        b = 64 - __builtin_clzll((unsigned long long)(value | mask)) - shift;
+        if (b < 0)
+            goto python;
+        index = ((b + 1) << half_magnitude) + (value >> b) - half_count;
+        if (index == last) {
+            PyObject *end = PyLong_FromSsize_t(k + 1);
+            if (end == NULL || PyList_SetItem(ends, PyList_GET_SIZE(ends) - 1, end) < 0)
+                goto error; /* (PyList_SetItem takes `end` even when it fails) */
+        } else {
+            if (append_int(indices, index) < 0 || append_int(ends, k + 1) < 0)
+                goto error;
+            last = index;
+        }
+    }
+    return Py_BuildValue("(NN)", indices, ends);
+
+python:
+    Py_DECREF(indices);
+    Py_DECREF(ends);
+    Py_RETURN_NONE;
+
+error:
+    Py_XDECREF(indices);
+    Py_XDECREF(ends);
+    return NULL;
+}
+
 static PyObject *
 bind(PyObject *module, PyObject *args)
 {
@@ -330,6 +407,9 @@ static PyMethodDef methods[] = {
      "append(keys, known, derived, slice_id, dirty, keep, pending_max) -> positions left, "
      "or None: the "
      "recorder's per-value common case."},
+    {"bucket_groups", (PyCFunction)(void (*)(void))bucket_groups, METH_FASTCALL,
+     "bucket_groups(ordered, mask, shift, half_magnitude, half_count) -> (indices, ends) of "
+     "Layout.bucketize, or None."},
     {"bind", bind, METH_VARARGS,
      "bind(Derived, derive_in_python, PHASES): what derive builds on."},
     {NULL}};

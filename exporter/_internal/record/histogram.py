@@ -20,12 +20,20 @@ from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain
 from operator import add, sub
-from typing import Iterable, NamedTuple, Sequence, Union
+from typing import Any, Iterable, NamedTuple, Sequence, Union
 
 from hdrh.histogram import HdrHistogram
 
 #: From this many values a batch is grouped by bisection rather than value by value.
 BISECT_BATCH = 256
+
+#: `bucketize`'s grouping in one C pass (_hotrecord.c; setup.py builds it where a compiler is
+#: found), or None: the Python loops below run.
+bucket_groups: Any
+try:
+    from ._hotrecord import bucket_groups
+except ImportError:
+    bucket_groups = None
 
 
 class Batch(NamedTuple):
@@ -95,17 +103,23 @@ class Layout:
         return self.lowest_equivalent(index) + (1 << bucket) - 1
 
     def bucketize(self, values: Sequence[int]) -> "Batch":
-        """Sort a batch and count it per HDR bucket: one Python step per distinct bucket.
+        """Sort a batch and count it per HDR bucket: one C pass (`bucket_groups`) where it is
+        built, else one Python step per value or per distinct bucket.
 
-        A call's inter-token gaps are hundreds of values in a few hundred buckets; sorting (in C)
-        and bisecting each bucket's end costs ~70-100 ns a value, against ~250 ns for indexing
-        and counting the values one by one, which stays the better way for small batches.
+        In Python: a call's inter-token gaps are hundreds of values in a few hundred buckets;
+        sorting (in C) and bisecting each bucket's end costs ~70-100 ns a value, against ~250 ns
+        for indexing and counting the values one by one, which stays the better way for small
+        batches.
         """
         total = sum(values)
         ordered = sorted(values)
         if ordered[-1] > self.highest:
             ordered = [min(v, self.highest) for v in ordered]
         mask, shift, half_mag, half = self.mask, self.shift, self.half_magnitude, self.half_count
+        if bucket_groups is not None:
+            groups = bucket_groups(ordered, mask, shift, half_mag, half)
+            if groups is not None:
+                return Batch(groups[0], groups[1], ordered, total)
         indices: list[int] = []
         ends: list[int] = []
         n = len(ordered)

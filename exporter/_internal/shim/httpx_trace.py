@@ -20,10 +20,15 @@ phases that need them are not recorded.
 
 For the manual API with a plain httpx client: `extensions={"trace": trace_for(call)}` (or
 `trace_for(call, is_async=True)` for `httpx.AsyncClient`).
+
+A sync SDK call's extension is `Tracer` (_hottrace.c: `stamp` without a Python frame per
+event) where the optional C part was built and its clock is `perf_counter_ns()`'s, else the
+call itself (`SdkCall.__call__`, the same steps in Python).
 """
 
 from __future__ import annotations
 
+import time
 from time import perf_counter_ns
 from typing import Any
 
@@ -50,6 +55,17 @@ EVENTS = {f"{logger}.{step}": code
           for logger in ("connection", "http11", "http2", "proxy", "socks")
           for step, code in _STEPS.items()}
 
+#: `Tracer(call, timeline, EVENTS, note_headers)`: the C trace extension of a sync SDK call
+#: (setup.py builds it where a compiler is found), or None. Its stamps are CLOCK_MONOTONIC
+#: readings: used only where `perf_counter_ns()` reads that clock too.
+Tracer: Any
+try:
+    from ._hottrace import Tracer
+except ImportError:  # built without a compiler: the call itself is the extension
+    Tracer = None
+if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
+    Tracer = None
+
 
 def stamp(t: Any, name: str, info: Any = None) -> bool:
     """Stamp the timeline `t` for the trace event `name` (whose `info` carries the response
@@ -61,7 +77,7 @@ def stamp(t: Any, name: str, info: Any = None) -> bool:
     if code == _HEADERS:
         t.headers = now
         if info is not None:
-            note_processing(t, now, _processing_ms(info))
+            note_headers(t, now, info)
     elif code == _SENT:
         t.sent = now
     elif code == _SEND_START:
@@ -77,6 +93,11 @@ def stamp(t: Any, name: str, info: Any = None) -> bool:
     else:
         return True
     return False
+
+
+def note_headers(t: Any, now: int, info: Any) -> None:
+    """The response headers were read at `now` (`info`: the trace event's)."""
+    note_processing(t, now, _processing_ms(info))
 
 
 def _processing_ms(info: Any) -> Any:
@@ -168,6 +189,8 @@ def tracked_of(response: Any, kind: type) -> Any:
         return None
     if isinstance(tracer, _Chain):
         tracer = tracer.ours
+    if Tracer is not None and isinstance(tracer, Tracer):
+        tracer = tracer.call
     return tracer if isinstance(tracer, kind) else None
 
 

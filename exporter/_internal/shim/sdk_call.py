@@ -48,6 +48,7 @@ def _http_response(result: Any) -> Any:
 
 
 _TRACED = httpx_trace.EVENTS
+_Tracer = httpx_trace.Tracer
 
 #: Which specialised loop of tokens.py follows the first answer token of an endpoint.
 HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC = range(4)
@@ -81,10 +82,14 @@ def field(obj: Any, *path: str) -> Any:
 
 
 class SdkCall(Call):
-    """One measured SDK call; also the httpx `trace` extension of its requests (sync flavour)."""
+    """One measured SDK call; also the httpx `trace` extension of its requests (sync flavour)
+    where the C one (`httpx_trace.Tracer`, the same steps) is not built."""
 
     __slots__ = ("endpoint", "streaming", "claimed", "gen", "finalizer", "usage_seen",
                  "complete", "__weakref__")
+
+    #: httpcore calls the trace extension (sync) rather than awaiting it (async).
+    sync = True
 
     def __init__(self, model: str, provider: str, endpoint: Endpoint, start: int | None,
                  genai_provider: str | None = None):
@@ -131,11 +136,13 @@ class SdkCall(Call):
         """A request (first attempt or a retry) of this call was built."""
         t = self.timeline
         t.dispatched = t.connected = t.sent = t.headers = None
+        tracer = self if _Tracer is None or not self.sync else \
+            _Tracer(self, t, _TRACED, httpx_trace.note_headers)
         extensions = request.extensions
         if extensions.get("trace") is None:  # (`httpx_trace.attach`'s common case, inline)
-            extensions["trace"] = self
+            extensions["trace"] = tracer
         else:
-            httpx_trace.attach(request, self)
+            httpx_trace.attach(request, tracer)
         if self.span is not None or deadline.current() is not None:  # else it writes nothing
             self.inject(request.headers)
         if not self._attributes:
@@ -225,6 +232,7 @@ class AsyncSdkCall(SdkCall):
     """The async flavour: httpcore awaits what the trace extension returns."""
 
     __slots__ = ()
+    sync = False
 
     async def __call__(self, name: str, info: dict) -> None:  # type: ignore[override]
         if name in _TRACED:

@@ -1,0 +1,204 @@
+"""Where the instructions a patched call adds go (callgrind): the `make bench` section that
+explains the per-call goals' gap by measurement, part by part.
+
+`python -m bench.call_instructions [CALLS]` runs every case of CASES in one process under
+valgrind's callgrind (a fixed hash seed): each case sets itself up, makes 50 calls of warm-up,
+then CALLS calls between two `os.getppid()` calls, where callgrind dumps its counts, so the
+even dumps hold each case's calls alone. The calls are the bench's real openai client on a
+`MockTransport` (bench/shim_overhead.py): a non-stream `create` and a one-token stream.
+A part's share is the patched call minus the same call with that part taken out:
+- the httpx trace extension: detached from each request after the hook attached it (the
+  wrapper that detaches it is one Python call more, so this share is a lower bound);
+- recording: `derive` and `Recorder.record_call` replaced by C builtins that do nothing (`id`,
+  `slice`), which is what an untraced call does with their results;
+- the C parts (setup.py): the same call with the Python fallback a build without a compiler runs.
+The traced call sets an OpenTelemetry SDK TracerProvider (BatchSpanProcessor, spans
+discarded); the OpenTelemetry SDK's own share is a bare span with what the call's span holds
+(5 attributes at the start, `propagate.inject`, 16 at the end, 5 events), in a loop.
+Instruction counts do not depend on the machine's load, unlike the times of the other sections.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+#: (case, what it is), in the order the measured process runs them (the tracer provider, once
+#: set, stays: the traced cases come last).
+CASES = (
+    ("unpatched", "openai non-stream `create`, unpatched"),
+    ("unpatched_stream", "openai one-token stream, unpatched"),
+    ("patched", "non-stream, `exporter.instrument()`"),
+    ("patched_stream", "one-token stream, `exporter.instrument()`"),
+    ("no_trace_extension", "non-stream, the trace extension detached"),
+    ("no_recording", "non-stream, `derive` and `record_call` doing nothing"),
+    ("python", "non-stream, the Python fallback of the C parts"),
+    ("python_stream", "one-token stream, the Python fallback of the C parts"),
+    ("traced", "non-stream, a TracerProvider set"),
+    ("span", "the OpenTelemetry SDK alone: the call's span, in a loop"),
+)
+
+
+def _span_loop() -> Callable[[], None]:
+    from opentelemetry import trace
+    from opentelemetry.propagate import inject
+
+    tracer = trace.get_tracer_provider().get_tracer("bench")
+    start = {f"gen_ai.start{i}": "value" for i in range(5)}
+    end = {f"gen_ai.end{i}": float(i) for i in range(16)}
+
+    def call() -> None:
+        span = tracer.start_span("chat model", kind=trace.SpanKind.CLIENT, attributes=start)
+        inject({}, context=trace.set_span_in_context(span))
+        span.set_attributes(end)
+        for _ in range(5):
+            span.add_event("phase", timestamp=time.time_ns())
+        span.end()
+
+    return call
+
+
+def run_cases(n: int, warm: int = 50) -> None:
+    """The measured process: every case of CASES, each between two `os.getppid()` calls."""
+    import exporter
+    from bench.shim_overhead import _openai_calls
+    from bench.traced_instructions import _traced_provider
+    from exporter._internal import runtime
+    from exporter._internal.record import histogram, recorder as recorder_module, timeline
+    from exporter._internal.shim import manual, sdk_call, tokens
+
+    non_stream, stream = _openai_calls()
+    non_stream(), stream()  # the client's own first use, before any patch
+    attach_build = sdk_call.SdkCall.attach_build
+    c_parts = (tokens.Stamper, recorder_module.append_in_c, histogram.bucket_groups,
+               manual.derive)
+
+    def detached(call: Any, request: Any) -> None:
+        attach_build(call, request)
+        if request.extensions.get("trace") is call:
+            del request.extensions["trace"]
+
+    for case, _ in CASES:
+        fn = stream if case.endswith("stream") else non_stream
+        if case == "patched":
+            exporter.instrument()
+        elif case == "no_trace_extension":
+            sdk_call.SdkCall.attach_build = detached  # type: ignore[method-assign]
+        elif case == "no_recording":
+            sdk_call.SdkCall.attach_build = attach_build  # type: ignore[method-assign]
+            manual.derive = id  # type: ignore[assignment]
+            runtime.state().recorder.record_call = slice  # type: ignore[method-assign]
+        elif case == "python":  # (the instance's attribute gone: the class's method again)
+            del runtime.state().recorder.record_call  # type: ignore[method-assign]
+            tokens.Stamper = recorder_module.append_in_c = histogram.bucket_groups = None
+            manual.derive = timeline.derive_in_python
+        elif case == "traced":
+            (tokens.Stamper, recorder_module.append_in_c, histogram.bucket_groups,
+             manual.derive) = c_parts
+            _traced_provider()
+        elif case == "span":
+            fn = _span_loop()
+        for _ in range(warm):
+            fn()
+        os.getppid()  # callgrind dumps here: the set-up and warm-up
+        for _ in range(n):
+            fn()
+        os.getppid()  # ...and here: the case's calls
+
+
+def instructions(n: int, warm: int = 50) -> dict[str, float]:
+    """Instructions per call of each case."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "callgrind.out")
+        subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=os_getppid",
+                        f"--callgrind-out-file={out}", sys.executable, "-c",
+                        f"from bench.call_instructions import run_cases; run_cases({n}, {warm})"],
+                       check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+        counts = {}
+        for i, (case, _) in enumerate(CASES):
+            with open(f"{out}.{2 * i + 2}") as f:
+                total = re.search(r"^(?:totals|summary): (\d+)", f.read(), re.M)
+            counts[case] = int(total.group(1)) / n  # type: ignore[union-attr]
+        return counts
+
+
+def _ns_per_instruction(unpatched: float) -> float:
+    """This machine's CPU time per instruction of the unpatched SDK call (warm, in this
+    process): what turns the goal's µs into instructions."""
+    from bench.shim_overhead import _openai_calls
+
+    non_stream, _ = _openai_calls()
+    for _ in range(300):
+        non_stream()
+    best = float("inf")
+    for _ in range(5):
+        started = time.thread_time_ns()
+        for _ in range(300):
+            non_stream()
+        best = min(best, (time.thread_time_ns() - started) / 300)
+    return best / unpatched
+
+
+def run(quick: bool) -> list[str]:
+    if shutil.which("valgrind") is None:
+        return ["valgrind is not installed here (`make bench` installs it with apt-get): no "
+                "instruction counts."]
+    n, warm = (3, 3) if quick else (200, 50)
+    c = instructions(n, warm)
+    ns = _ns_per_instruction(c["unpatched"])
+    added = c["patched"] - c["unpatched"]
+    added_stream = c["patched_stream"] - c["unpatched_stream"]
+    trace = c["patched"] - c["no_trace_extension"]
+    recording = c["patched"] - c["no_recording"]
+    rest = added - trace - recording
+    goal = 20_000 / ns
+
+    def row(what: str, count: float, note: str = "") -> str:
+        return f"| {what} | {count:+,.0f} | {count * ns / 1000:.0f} µs | {note} |"
+
+    return [
+        f"Instructions per call (callgrind, {n} calls after {warm} of warm-up, one process; "
+        "`python -m bench.call_instructions`): how far the per-call goals are, part by part. "
+        f"At this machine's {ns:.2f} ns per instruction of the unpatched call "
+        f"({c['unpatched']:,.0f} instructions, its CPU time measured warm here), 20 µs is "
+        f"{goal:,.0f} instructions. The µs column is the count at that rate: the end-to-end "
+        "times are the section above.", "",
+        "| part of the call | instructions added | ≈ at that rate | next step |",
+        "| --- | ---: | ---: | --- |",
+        row("**non-stream call, `exporter.instrument()`**", added,
+            f"goal ≤ 20 µs: {'met' if added <= goal else 'missed'}"),
+        row("... the httpx trace extension (9 events, 5 stamped; a lower bound)", trace,
+            "a C callable as the request's trace extension"),
+        row("... recording: `derive` and `record_call` (lock, labels, rows, appends, the "
+            "folds of full batches)", recording,
+            "the rows and labels of the common case in C beside the appends"),
+        row("... the rest: the SDK wrappers, the call and its timeline, labels, usage, the "
+            "in-flight count", rest,
+            "wrappers with each SDK method's own signature; the call's start in C"),
+        row("**one-token stream, `exporter.instrument()`**", added_stream,
+            f"goal ≤ 20 µs: {'met' if added_stream <= goal else 'missed'}"),
+        row("non-stream, without the C parts (a build without a compiler)",
+            c["python"] - c["unpatched"], ""),
+        row("one-token stream, without the C parts", c["python_stream"] - c["unpatched_stream"],
+            ""),
+        row("**non-stream, a TracerProvider set**", c["traced"] - c["unpatched"],
+            f"goal ≤ 60 µs: {'met' if c['traced'] - c['unpatched'] <= 3 * goal else 'missed'}"),
+        row("... the OpenTelemetry SDK alone: the call's span (start, inject, 21 attributes, "
+            "5 events, end)", c["span"],
+            "the SDK's own cost: below the goal only without the SDK's span"),
+    ]
+
+
+def main(argv: list[str]) -> int:
+    print("\n".join(run(quick=bool(argv and argv[0] == "--quick"))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
