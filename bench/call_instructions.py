@@ -1,14 +1,14 @@
 """Where the instructions a patched call adds go (callgrind): the `make bench` section that
 explains the per-call goals' gap by measurement, part by part.
 
-`python -m bench.call_instructions [CALLS]` runs every case of CASES in one process under
-valgrind's callgrind (a fixed hash seed): each case sets itself up, makes 50 calls of warm-up,
-then CALLS calls between two `os.getppid()` calls, where callgrind dumps its counts, so the
-even dumps hold each case's calls alone. The calls are the bench's real openai client on a
+`python -m bench.call_instructions` counts every case of CASES under valgrind's callgrind (a
+fixed hash seed), each in a process of its own: the case is set up, makes 50 calls of warm-up,
+then 200 calls between two `os.getppid()` calls, where callgrind dumps its counts, so the
+second dump holds those calls alone. The calls are the bench's real openai client on a
 `MockTransport` (bench/shim_overhead.py): a non-stream `create` and a one-token stream.
 A part's share is the patched call minus the same call with that part taken out:
-- the httpx trace extension: detached from each request after the hook attached it (the
-  wrapper that detaches it is one Python call more, so this share is a lower bound);
+- the httpx trace extension: the hook's `attach_build` wrapped, the wrapper detaching the
+  extension from each request, against the same wrapper leaving it;
 - recording: `derive` and `Recorder.record_call` replaced by C builtins that do nothing (`id`,
   `slice`), which is what an untraced call does with their results;
 - the C parts (setup.py): the same call with the Python fallback a build without a compiler runs.
@@ -27,22 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-#: (case, what it is), in the order the measured process runs them (the tracer provider, once
-#: set, stays: the traced cases come last).
-CASES = (
-    ("unpatched", "openai non-stream `create`, unpatched"),
-    ("unpatched_stream", "openai one-token stream, unpatched"),
-    ("patched", "non-stream, `exporter.instrument()`"),
-    ("patched_stream", "one-token stream, `exporter.instrument()`"),
-    ("no_trace_extension", "non-stream, the trace extension detached"),
-    ("no_recording", "non-stream, `derive` and `record_call` doing nothing"),
-    ("python", "non-stream, the Python fallback of the C parts"),
-    ("python_stream", "one-token stream, the Python fallback of the C parts"),
-    ("traced", "non-stream, a TracerProvider set"),
-    ("span", "the OpenTelemetry SDK alone: the call's span, in a loop"),
-)
+#: The cases, each counted in a process of its own (what one case leaves behind, a heap the
+#: garbage collector walks or a tracer provider, never reaches another).
+CASES = ("unpatched", "unpatched_stream", "patched", "patched_stream", "wrapped",
+         "no_trace_extension", "no_recording", "python", "python_stream", "traced", "span")
 
 
 def _span_loop() -> Callable[[], None]:
@@ -64,68 +55,70 @@ def _span_loop() -> Callable[[], None]:
     return call
 
 
-def run_cases(n: int, warm: int = 50) -> None:
-    """The measured process: every case of CASES, each between two `os.getppid()` calls."""
+def run_case(case: str, n: int, warm: int = 50) -> None:
+    """The measured process: one case set up, `warm` calls, then `n` calls between two
+    `os.getppid()` calls (where callgrind dumps: the second dump holds the n calls alone)."""
     import exporter
     from bench.shim_overhead import _openai_calls
     from bench.traced_instructions import _traced_provider
     from exporter._internal import runtime
-    from exporter._internal.record import histogram, recorder as recorder_module, timeline
+    from exporter._internal.record import histogram, recorder, timeline
     from exporter._internal.shim import manual, sdk_call, tokens
 
     non_stream, stream = _openai_calls()
     non_stream(), stream()  # the client's own first use, before any patch
-    attach_build = sdk_call.SdkCall.attach_build
-    c_parts = (tokens.Stamper, recorder_module.append_in_c, histogram.bucket_groups,
-               manual.derive)
-
-    def detached(call: Any, request: Any) -> None:
-        attach_build(call, request)
-        if request.extensions.get("trace") is call:
-            del request.extensions["trace"]
-
-    for case, _ in CASES:
-        fn = stream if case.endswith("stream") else non_stream
-        if case == "patched":
-            exporter.instrument()
-        elif case == "no_trace_extension":
-            sdk_call.SdkCall.attach_build = detached  # type: ignore[method-assign]
-        elif case == "no_recording":
-            sdk_call.SdkCall.attach_build = attach_build  # type: ignore[method-assign]
-            manual.derive = id  # type: ignore[assignment]
-            runtime.state().recorder.record_call = slice  # type: ignore[method-assign]
-        elif case == "python":  # (the instance's attribute gone: the class's method again)
-            del runtime.state().recorder.record_call  # type: ignore[method-assign]
-            tokens.Stamper = recorder_module.append_in_c = histogram.bucket_groups = None
-            manual.derive = timeline.derive_in_python
-        elif case == "traced":
-            (tokens.Stamper, recorder_module.append_in_c, histogram.bucket_groups,
-             manual.derive) = c_parts
+    fn = stream if case.endswith("stream") else non_stream
+    if case == "span":
+        _traced_provider()
+        fn = _span_loop()
+    elif not case.startswith("unpatched"):
+        if case == "traced":
             _traced_provider()
-        elif case == "span":
-            fn = _span_loop()
-        for _ in range(warm):
-            fn()
-        os.getppid()  # callgrind dumps here: the set-up and warm-up
-        for _ in range(n):
-            fn()
-        os.getppid()  # ...and here: the case's calls
+        exporter.instrument()
+    if case in ("wrapped", "no_trace_extension"):  # the same wrapper, attaching or not
+        attach_build = sdk_call.SdkCall.attach_build
+        detach = case == "no_trace_extension"
+
+        def wrapper(call: Any, request: Any) -> None:
+            attach_build(call, request)
+            if detach:
+                del request.extensions["trace"]
+
+        sdk_call.SdkCall.attach_build = wrapper  # type: ignore[method-assign]
+    elif case == "no_recording":
+        manual.derive = id  # type: ignore[assignment]
+        runtime.state().recorder.record_call = slice  # type: ignore[method-assign]
+    elif case.startswith("python"):
+        tokens.Stamper = recorder.append_in_c = histogram.bucket_groups = None
+        sdk_call._Tracer = None
+        manual.derive = timeline.derive_in_python
+    for _ in range(warm):
+        fn()
+    os.getppid()  # callgrind dumps here: the set-up and warm-up
+    for _ in range(n):
+        fn()
+    os.getppid()  # ...and here: the case's calls
 
 
-def instructions(n: int, warm: int = 50) -> dict[str, float]:
-    """Instructions per call of each case."""
+def _instructions(case: str, n: int, warm: int) -> float:
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "callgrind.out")
         subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=os_getppid",
                         f"--callgrind-out-file={out}", sys.executable, "-c",
-                        f"from bench.call_instructions import run_cases; run_cases({n}, {warm})"],
+                        f"from bench.call_instructions import run_case; "
+                        f"run_case({case!r}, {n}, {warm})"],
                        check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": "0"})
-        counts = {}
-        for i, (case, _) in enumerate(CASES):
-            with open(f"{out}.{2 * i + 2}") as f:
-                total = re.search(r"^(?:totals|summary): (\d+)", f.read(), re.M)
-            counts[case] = int(total.group(1)) / n  # type: ignore[union-attr]
-        return counts
+        with open(f"{out}.2") as f:
+            total = re.search(r"^(?:totals|summary): (\d+)", f.read(), re.M)
+        return int(total.group(1)) / n  # type: ignore[union-attr]
+
+
+def instructions(n: int, warm: int = 50) -> dict[str, float]:
+    """Instructions per call of each case (the processes run side by side: counts do not
+    depend on the load)."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counts = pool.map(lambda case: _instructions(case, n, warm), CASES)
+        return dict(zip(CASES, counts))
 
 
 def _ns_per_instruction(unpatched: float) -> float:
@@ -146,15 +139,22 @@ def _ns_per_instruction(unpatched: float) -> float:
 
 
 def run(quick: bool) -> list[str]:
+    if quick:  # (the smoke test: every case set up and called, without valgrind's minutes)
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(lambda case: subprocess.run(
+                [sys.executable, "-c", "from bench.call_instructions import run_case; "
+                 f"run_case({case!r}, 2, 1)"], check=True, capture_output=True), CASES))
+        return ["--quick: every case ran, natively; the counts need the full run under "
+                "valgrind."]
     if shutil.which("valgrind") is None:
         return ["valgrind is not installed here (`make bench` installs it with apt-get): no "
                 "instruction counts."]
-    n, warm = (3, 3) if quick else (200, 50)
+    n, warm = 200, 50
     c = instructions(n, warm)
     ns = _ns_per_instruction(c["unpatched"])
     added = c["patched"] - c["unpatched"]
     added_stream = c["patched_stream"] - c["unpatched_stream"]
-    trace = c["patched"] - c["no_trace_extension"]
+    trace = c["wrapped"] - c["no_trace_extension"]
     recording = c["patched"] - c["no_recording"]
     rest = added - trace - recording
     goal = 20_000 / ns
@@ -163,7 +163,8 @@ def run(quick: bool) -> list[str]:
         return f"| {what} | {count:+,.0f} | {count * ns / 1000:.0f} µs | {note} |"
 
     return [
-        f"Instructions per call (callgrind, {n} calls after {warm} of warm-up, one process; "
+        f"Instructions per call (callgrind, {n} calls after {warm} of warm-up, a process per "
+        "case; "
         "`python -m bench.call_instructions`): how far the per-call goals are, part by part. "
         f"At this machine's {ns:.2f} ns per instruction of the unpatched call "
         f"({c['unpatched']:,.0f} instructions, its CPU time measured warm here), 20 µs is "
@@ -173,8 +174,8 @@ def run(quick: bool) -> list[str]:
         "| --- | ---: | ---: | --- |",
         row("**non-stream call, `exporter.instrument()`**", added,
             f"goal ≤ 20 µs: {'met' if added <= goal else 'missed'}"),
-        row("... the httpx trace extension (9 events, 5 stamped; a lower bound)", trace,
-            "a C callable as the request's trace extension"),
+        row("... the httpx trace extension (9 events, 5 stamped)", trace,
+            "C already (`_hottrace.c`); what is left is httpcore calling it"),
         row("... recording: `derive` and `record_call` (lock, labels, rows, appends, the "
             "folds of full batches)", recording,
             "the rows and labels of the common case in C beside the appends"),

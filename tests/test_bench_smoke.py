@@ -18,6 +18,7 @@ def test_benchmarks_run_quick():
     out = run.stdout
     assert "| figure |" in out and "bytes per series" in out and "scrape" in out
     assert "| `exporter.instrument()` | +" in out and "stream with usage, cold" in out
+    assert "--quick: every case ran" in out  # bench.call_instructions' cases, natively
 
 
 def test_cause_cost_at_a_tiny_size():

@@ -404,17 +404,9 @@ Stamper_get_running(Stamper *s, void *closure)
     return PyBool_FromLong(s->running);
 }
 
-static PyObject *
-Stamper_get_state(Stamper *s, void *closure)
-{
-    static const char *names[] = {"cold", "hot", "pass", "done"};
-    return PyUnicode_FromString(names[s->state]);
-}
-
 static PyGetSetDef Stamper_getset[] = {
     {"gi_running", (getter)Stamper_get_running, NULL,
      "True while an event is being taken (what `SdkCall._closed` asks a generator)", NULL},
-    {"state", (getter)Stamper_get_state, NULL, "cold, hot, pass or done", NULL},
     {NULL}};
 
 static PyTypeObject StamperType = {
