@@ -16,23 +16,31 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Any
+
+
+def the_call() -> Any:
+    """The call both loops take: usage, a finish reason, four phases (9 values)."""
+    from exporter._internal.record.timeline import CallTimeline
+
+    s = 10**12
+    return CallTimeline(start=s, model="gpt-4o-mini", provider="openai", route="/chat",
+                        tenant="acme", dispatched=s + 20_000, connected=s + 900_000,
+                        sent=s + 1_000_000, headers=s + 300_000_000, end=s + 310_000_000,
+                        input_tokens=120, output_tokens=40, outcome="ok", max_tokens=256,
+                        finish_reason="stop")
 
 
 def calls(n: int, record: bool, in_c: bool = True) -> None:
     from exporter._internal.record import histogram, recorder
     from exporter._internal.record.recorder import Recorder
-    from exporter._internal.record.timeline import CallTimeline, derive
+    from exporter._internal.record.timeline import derive
 
     if not in_c:  # the per-value loop and the folds' bucket grouping in Python
         recorder.append_in_c = histogram.bucket_groups = None
 
     rec = Recorder()
-    s = 10**12
-    t = CallTimeline(start=s, model="gpt-4o-mini", provider="openai", route="/chat",
-                     tenant="acme", dispatched=s + 20_000, connected=s + 900_000,
-                     sent=s + 1_000_000, headers=s + 300_000_000, end=s + 310_000_000,
-                     input_tokens=120, output_tokens=40, outcome="ok", max_tokens=256,
-                     finish_reason="stop")
+    t = the_call()
     d = derive(t)
     started, record_call = rec.started, rec.record_call
     for _ in range(200):  # the series and rows exist, as in a process that served calls
@@ -45,15 +53,10 @@ def calls(n: int, record: bool, in_c: bool = True) -> None:
 
 def derives(n: int, in_c: bool) -> None:
     """n derives of the same call as `calls` records (none: n=0), in C or in Python."""
-    from exporter._internal.record.timeline import CallTimeline, derive, derive_in_python
+    from exporter._internal.record.timeline import derive, derive_in_python
 
     function = derive if in_c else derive_in_python
-    s = 10**12
-    t = CallTimeline(start=s, model="gpt-4o-mini", provider="openai", route="/chat",
-                     tenant="acme", dispatched=s + 20_000, connected=s + 900_000,
-                     sent=s + 1_000_000, headers=s + 300_000_000, end=s + 310_000_000,
-                     input_tokens=120, output_tokens=40, outcome="ok", max_tokens=256,
-                     finish_reason="stop")
+    t = the_call()
     for _ in range(200 + n):
         function(t)
 

@@ -57,6 +57,17 @@ def reference(store: Store, t: CallTimeline) -> None:
                 store.observe(state, values, d.phases[phase], slice_id)
 
 
+def assert_same_series(recorder: Recorder, store: Store) -> None:
+    """The same series in every family, with the same counts, sums and pending batches."""
+    for name, state in recorder.families.items():
+        theirs = store.families[name].series
+        assert state.series.keys() == theirs.keys(), name
+        for values, series in state.series.items():
+            other = theirs[values]
+            assert (series.hist.count, series.hist.total, series.pending) == \
+                (other.hist.count, other.hist.total, other.pending), (name, values)
+
+
 def test_record_call_records_what_observe_records_value_by_value() -> None:
     labels = LabelConfig(max_tenants=4, max_models=3, max_series=30)
     recorder, store = Recorder(Config(labels=labels)), Store(Config(labels=labels))
@@ -76,13 +87,7 @@ def test_record_call_records_what_observe_records_value_by_value() -> None:
             max_tokens=rng.choice([None, 256]), outcome=names.OK)
         recorder.record_call(t)
         reference(store, t)
-    for name, state in recorder.families.items():
-        theirs = store.families[name].series
-        assert state.series.keys() == theirs.keys(), name
-        for values, series in state.series.items():
-            other = theirs[values]
-            assert (series.hist.count, series.hist.total, series.pending) == \
-                (other.hist.count, other.hist.total, other.pending), (name, values)
+    assert_same_series(recorder, store)
     assert recorder.rows[names.REQUESTS_TOTAL] == store.rows[names.REQUESTS_TOTAL]
     assert recorder.rows[names.SELF_DROPS] == store.rows[names.SELF_DROPS]
     assert recorder.series_count == store.series_count == 30  # past max_series: drops
@@ -141,12 +146,6 @@ def test_a_full_batch_folds_on_the_callers_thread_as_observe_folds_it() -> None:
                          output_tokens=40, outcome=names.OK)
         recorder.record_call(t)
         reference(store, t)
-    for name, state in recorder.families.items():
-        theirs = store.families[name].series
-        assert state.series.keys() == theirs.keys(), name
-        for values, series in state.series.items():
-            other = theirs[values]
-            assert (series.hist.count, series.hist.total, series.pending) == \
-                (other.hist.count, other.hist.total, other.pending), (name, values)
+    assert_same_series(recorder, store)
     server_phase = recorder.families[names.PHASE_FAMILY.name].series[("m", "server", "p", "/a")]
     assert server_phase.hist.count == 256 and len(server_phase.pending) == 300 - 256
