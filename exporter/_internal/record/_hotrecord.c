@@ -104,12 +104,15 @@ derive(PyObject *module, PyObject *t)
             goto python;
     if (absent[REASONING_EVENTS]) /* None: Python's truth test takes it */
         goto python;
-    times = field[TOKEN_TIMES];
-    if (!PyList_CheckExact(times))
+    if (!PyList_CheckExact(field[TOKEN_TIMES]))
         goto python;
-    events = PyList_GET_SIZE(times);
+    /* a snapshot: code the allocations below may run (a finaliser) cannot change its length */
+    if ((times = PyList_AsTuple(field[TOKEN_TIMES])) == NULL)
+        goto error;
+    Py_SETREF(field[TOKEN_TIMES], times);
+    events = PyTuple_GET_SIZE(times);
     for (k = 0; k < events; k++)
-        if (as_int(PyList_GET_ITEM(times, k), &last) != 0)
+        if (as_int(PyTuple_GET_ITEM(times, k), &last) != 0)
             goto python;
 
     /* the inter-token gaps (gaps_us) and the longest (stall: the first of equal maxima) */
@@ -118,8 +121,8 @@ derive(PyObject *module, PyObject *t)
     if ((items[11] = PyList_New(events > 1 ? events - 1 : 0)) == NULL)
         goto error;
     for (k = 1; k < events; k++) {
-        long long gap = floordiv(PyLong_AsLongLong(PyList_GET_ITEM(times, k)) -
-                                 PyLong_AsLongLong(PyList_GET_ITEM(times, k - 1)), NS_PER_US);
+        long long gap = floordiv(PyLong_AsLongLong(PyTuple_GET_ITEM(times, k)) -
+                                 PyLong_AsLongLong(PyTuple_GET_ITEM(times, k - 1)), NS_PER_US);
         if ((value = PyLong_FromLongLong(gap)) == NULL)
             goto error;
         PyList_SET_ITEM(items[11], k - 1, value);
