@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 #: The cases, each counted in a process of its own (what one case leaves behind, a heap the
 #: garbage collector walks or a tracer provider, never reaches another).
@@ -36,31 +36,12 @@ CASES = ("unpatched", "unpatched_stream", "patched", "patched_stream", "wrapped"
          "no_trace_extension", "no_recording", "python", "python_stream", "traced", "span")
 
 
-def _span_loop() -> Callable[[], None]:
-    from opentelemetry import trace
-    from opentelemetry.propagate import inject
-
-    tracer = trace.get_tracer_provider().get_tracer("bench")
-    start = {f"gen_ai.start{i}": "value" for i in range(5)}
-    end = {f"gen_ai.end{i}": float(i) for i in range(16)}
-
-    def call() -> None:
-        span = tracer.start_span("chat model", kind=trace.SpanKind.CLIENT, attributes=start)
-        inject({}, context=trace.set_span_in_context(span))
-        span.set_attributes(end)
-        for _ in range(5):
-            span.add_event("phase", timestamp=time.time_ns())
-        span.end()
-
-    return call
-
-
 def run_case(case: str, n: int, warm: int = 50) -> None:
     """The measured process: one case set up, `warm` calls, then `n` calls between two
     `os.getppid()` calls (where callgrind dumps: the second dump holds the n calls alone)."""
     import exporter
     from bench.shim_overhead import _openai_calls
-    from bench.traced_instructions import _traced_provider
+    from bench.traced_instructions import _traced_provider, span_loop
     from exporter._internal import runtime
     from exporter._internal.record import histogram, recorder, timeline
     from exporter._internal.shim import manual, sdk_call, tokens
@@ -70,7 +51,7 @@ def run_case(case: str, n: int, warm: int = 50) -> None:
     fn = stream if case.endswith("stream") else non_stream
     if case == "span":
         _traced_provider()
-        fn = _span_loop()
+        fn = span_loop()
     elif not case.startswith("unpatched"):
         if case == "traced":
             _traced_provider()

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Callable
 
 CALL_CASES = ("unpatched", "patched", "traced", "traced_without_events")
 STREAM_CASES = ("unpatched_stream", "patched_stream")
@@ -38,6 +39,31 @@ def _traced_provider() -> None:
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(Discard()))
     trace.set_tracer_provider(provider)
+
+
+def span_loop(inject_and_attributes: bool = True, events: bool = True) -> Callable[[], None]:
+    """One span of the current provider's SDK with what a call's span holds: 5 attributes at
+    its start, then `propagate.inject` and 16 more, then 5 events, then its end."""
+    import time
+
+    from opentelemetry import trace
+    from opentelemetry.propagate import inject
+
+    tracer = trace.get_tracer_provider().get_tracer("bench")
+    start = {f"gen_ai.start{i}": "value" for i in range(5)}
+    end = {f"gen_ai.end{i}": float(i) for i in range(16)}
+
+    def call() -> None:
+        span = tracer.start_span("chat model", kind=trace.SpanKind.CLIENT, attributes=start)
+        if inject_and_attributes:
+            inject({}, context=trace.set_span_in_context(span))
+            span.set_attributes(end)
+            if events:
+                for _ in range(5):
+                    span.add_event("phase", timestamp=time.time_ns())
+        span.end()
+
+    return call
 
 
 def run_case(case: str, n: int) -> None:
@@ -60,25 +86,9 @@ def run_case(case: str, n: int) -> None:
 
             names.SPAN_EVENTS = ()  # type: ignore[misc]
     else:
-        import time
-
-        from opentelemetry import trace
-        from opentelemetry.propagate import inject
-
         _traced_provider()
-        tracer = trace.get_tracer_provider().get_tracer("bench")
-        start = {f"gen_ai.start{i}": "value" for i in range(5)}
-        end = {f"gen_ai.end{i}": float(i) for i in range(16)}
-
-        def call() -> None:
-            span = tracer.start_span("chat model", kind=trace.SpanKind.CLIENT, attributes=start)
-            if case != "span":
-                inject({}, context=trace.set_span_in_context(span))
-                span.set_attributes(end)
-                if case == "span_inject_attributes_events":
-                    for _ in range(5):
-                        span.add_event("phase", timestamp=time.time_ns())
-            span.end()
+        call = span_loop(inject_and_attributes=case != "span",
+                         events=case == "span_inject_attributes_events")
     for _ in range(50):
         call()
     os.getppid()  # callgrind dumps here: the setup

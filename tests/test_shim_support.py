@@ -81,14 +81,12 @@ def trace_extension(request, monkeypatch) -> str:
     """A test twice: with a sync call's C trace extension (`httpx_trace.Tracer`, which
     `make test` builds) and with the call itself as the extension, as without a compiler."""
     from exporter._internal.shim import sdk_call
-    from tests.test_timeline import built_in_c
+    from tests.support.c_parts import built_in_c
 
     if request.param == "python":
         monkeypatch.setattr(sdk_call, "_Tracer", None)
-    elif not built_in_c("_hottrace.Tracer"):
+    elif not built_in_c("_hottrace.Tracer", sdk_call._Tracer is not None):
         pytest.skip("no C compiler here: the call itself is the trace extension")
-    else:
-        assert sdk_call._Tracer is not None
     return request.param
 
 
@@ -248,11 +246,10 @@ def test_c_trace_extension_steps_as_the_python_one(monkeypatch):
     from hypothesis import given, settings, strategies as st
 
     from exporter._internal.shim.sdk_call import SdkCall
-    from tests.test_timeline import built_in_c
+    from tests.support.c_parts import built_in_c
 
-    if not built_in_c("_hottrace.Tracer"):
+    if not built_in_c("_hottrace.Tracer", httpx_trace.Tracer is not None):
         pytest.skip("no C compiler here: the call itself is the trace extension")
-    assert httpx_trace.Tracer is not None
     headers = [(b"content-type", b"text/event-stream"), (b"Openai-Processing-Ms", b"12")]
     info = st.sampled_from([None, {}, {"return_value": (b"HTTP/1.1", 200, b"OK", headers)},
                             {"return_value": (b"HTTP/1.1", 200, b"OK", [(b"openai-processing-ms",

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import shutil
-import sysconfig
 
 import anthropic
 import httpx2
@@ -21,6 +19,7 @@ import pytest
 from exporter._internal import names
 from exporter._internal.shim import tokens
 from tests import test_shim_support as support
+from tests.support.c_parts import built_in_c
 from tests.test_shim_support import drops
 
 recorded, instrumented = support.recorded, support.instrumented
@@ -32,10 +31,8 @@ def loop(request, monkeypatch) -> str:
     through `sync_tokens`, the Python loop a build without a compiler runs."""
     if request.param == "python":
         monkeypatch.setattr(tokens, "Stamper", None)
-    elif tokens.Stamper is None:
-        if shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is None:
-            pytest.skip("no C compiler here: the package runs the Python loop")
-        pytest.fail("a C compiler is here but the C loop was not built (pip install -e .)")
+    elif not built_in_c("the C loop", tokens.Stamper is not None):
+        pytest.skip("no C compiler here: the package runs the Python loop")
     return request.param
 
 MESSAGES = [{"role": "user", "content": "hi"}]

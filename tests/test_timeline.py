@@ -2,8 +2,6 @@
 `derive`s: the C one (_hotrecord.c, which `make test` builds) and the Python definition."""
 
 import dataclasses
-import shutil
-import sysconfig
 
 import pytest
 
@@ -11,27 +9,20 @@ from exporter._internal import names
 from exporter._internal.record import timeline as timeline_module
 from exporter._internal.record.timeline import CallTimeline, derive_in_python, new_timeline, \
     phases
+from tests.support.c_parts import built_in_c
 
-
-def built_in_c(function_name: str) -> bool:
-    """Whether the C part is built; a test fails when a compiler is here but it was not."""
-    try:
-        from exporter._internal.record import _hotrecord  # noqa: F401
-    except ImportError:
-        if shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is None:
-            return False
-        pytest.fail(f"a C compiler is here but {function_name} was not built (pip install -e .)")
-    return True
+#: The C derive, or None where _hotrecord.c is not built.
+DERIVE_IN_C = None if timeline_module.derive is derive_in_python else timeline_module.derive
 
 
 @pytest.fixture(params=["c", "python"])
 def derive(request):
     if request.param == "python":
         return derive_in_python
-    if not built_in_c("_hotrecord.derive"):
+    if not built_in_c("_hotrecord.derive", DERIVE_IN_C is not None):
         pytest.skip("no C compiler here: the package runs the Python derive")
-    assert timeline_module.derive is not derive_in_python
-    return timeline_module.derive
+    return DERIVE_IN_C
+
 
 MS = 1_000_000  # ns
 
@@ -149,7 +140,7 @@ def test_c_derive_is_the_python_definition_for_any_timeline():
     hypothesis = pytest.importorskip("hypothesis")
     from hypothesis import given, settings, strategies as st
 
-    if not built_in_c("_hotrecord.derive"):
+    if not built_in_c("_hotrecord.derive", DERIVE_IN_C is not None):
         pytest.skip("no C compiler here: the package runs the Python derive")
     base = 10**12
     # stamps on a coarse grid (equal stamps are common) or anywhere, ns apart (floor division)
@@ -177,6 +168,6 @@ def test_c_derive_is_the_python_definition_for_any_timeline():
         for name, value in zip(fields, stamps):
             setattr(t, name, value)
         (t.input_tokens, t.output_tokens, t.cached_input_tokens, t.max_tokens) = counts
-        assert _outcome(timeline_module.derive, t) == _outcome(derive_in_python, t)
+        assert _outcome(DERIVE_IN_C, t) == _outcome(derive_in_python, t)
 
     check()

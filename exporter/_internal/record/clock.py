@@ -21,3 +21,8 @@ class Clock:
 
 
 SYSTEM = Clock()
+
+#: Whether `time.perf_counter_ns()` reads CLOCK_MONOTONIC: the C parts that stamp (the chunk
+#: loop, the trace extension) read that clock directly, so they are used only where it is true.
+PERF_COUNTER_IS_CLOCK_MONOTONIC = (time.get_clock_info("perf_counter").implementation
+                                   == "clock_gettime(CLOCK_MONOTONIC)")

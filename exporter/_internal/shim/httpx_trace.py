@@ -28,12 +28,12 @@ call itself (`SdkCall.__call__`, the same steps in Python).
 
 from __future__ import annotations
 
-import time
 from time import perf_counter_ns
 from typing import Any
 
 from .. import names
 from ..names import PROCESSING_HEADER
+from ..record.clock import PERF_COUNTER_IS_CLOCK_MONOTONIC
 
 _PROCESSING = PROCESSING_HEADER.encode("ascii")
 
@@ -63,7 +63,7 @@ try:
     from ._hottrace import Tracer
 except ImportError:  # built without a compiler: the call itself is the extension
     Tracer = None
-if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
+if not PERF_COUNTER_IS_CLOCK_MONOTONIC:
     Tracer = None
 
 

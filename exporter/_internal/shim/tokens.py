@@ -27,10 +27,10 @@ same events with the same reads; tests/test_stream_hot_loop.py runs every case t
 from __future__ import annotations
 
 import inspect
-import time
 from time import perf_counter_ns
 from typing import Any, Callable
 
+from ..record.clock import PERF_COUNTER_IS_CLOCK_MONOTONIC
 from .sdk_call import HOT_ANTHROPIC, HOT_CHAT, HOT_RESPONSES, SdkCall
 
 #: The C loop (setup.py builds it where a compiler is found), or None. Its stamps are
@@ -40,7 +40,7 @@ try:
     from ._hotloop import Stamper
 except ImportError:  # built without a compiler: sync_tokens runs the loop
     Stamper = None
-if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
+if not PERF_COUNTER_IS_CLOCK_MONOTONIC:
     Stamper = None
 
 #: What `Stamper` asks of its cold callback after each event before the first answer token.
