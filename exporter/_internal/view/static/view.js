@@ -41,22 +41,14 @@
 
   const variables = {}; // name -> {def, values, selected (null: All)}
 
-  function regexEscape(text) { return text.replace(/[\\^$*+?.()|[\]{}]/g, "\\$&"); }
-
-  function variableText(v) {
-    if (v.selected === null) {
-      if (v.def.allValue) return v.def.allValue;
-      return v.values.length ? `(${v.values.map(regexEscape).join("|")})` : ".*";
-    }
-    const picked = v.selected.map(regexEscape);
-    return picked.length === 1 ? picked[0] : `(${picked.join("|")})`;
-  }
-
   function interpolate(text, extra) {
     return text.replace(/\$\{(\w+)\}|\$(\w+)/g, (whole, braced, bare) => {
       const name = braced || bare;
       if (extra && name in extra) return extra[name];
-      if (name in variables) return variableText(variables[name]);
+      if (name in variables) {
+        const v = variables[name];
+        return window.TtftPromql.variableText(v.def, v.values, v.selected); // promql.js
+      }
       return whole;
     });
   }
