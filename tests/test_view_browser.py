@@ -121,8 +121,8 @@ def read_page(browser: Any, url: str, screenshot: Path | None = None) -> dict[st
     page.on("response", lambda r: answers.append(r) if "/api/v1/" in r.url else None)
     try:
         page.goto(url)
-        page.wait_for_function("Number(document.body.dataset.rendered || 0) >= 1",
-                               timeout=120_000)
+        # (a selector, not a function: the page's policy forbids the eval a function needs)
+        page.wait_for_selector("body[data-rendered]", state="attached", timeout=120_000)
         panels = page.eval_on_selector_all(".panel", """els => els.map(e => ({
             title: e.dataset.title, type: e.dataset.type, state: e.dataset.state,
             text: e.querySelector('.body').innerText,
@@ -240,6 +240,7 @@ while True:
 class NamedModels:
     view: ViewServer
     prom: Any
+    exporter_url: str  # the load's /metrics server: not Prometheus
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +268,7 @@ def named_models() -> Iterator[NamedModels]:
             view = ViewServer(create_app(load_boards(ROOT / "dashboards"), prom.url,
                                          settings)).start()
             try:
-                yield NamedModels(view, prom)
+                yield NamedModels(view, prom, f"http://{target}")
             finally:
                 view.stop()
     finally:
@@ -313,3 +314,32 @@ def test_any_model_name_selects_exactly_its_own_series(named_models: NamedModels
             selected = named_models.prom.query(
                 f'group by (model) (llm_client_requests_total{{model=~"{literal}"}})')
             assert {s["metric"]["model"] for s in selected} == {model}, (model, literal)
+
+
+def test_a_bad_answer_is_a_clear_error_where_it_was_meant_to_go(named_models: NamedModels,
+                                                                browser: Any) -> None:
+    """An answer over the view's limit: the panels that asked say so (the small answers, the
+    variables' values and a stat or two, pass); a --prometheus URL that is no Prometheus (the
+    exporter's): the dashboard and the alerts box say what answered."""
+    settings = Settings(scrape_seconds=1.0, time_from="now-2m", refresh_seconds=3600.0)
+    boards = load_boards(ROOT / "dashboards")
+    views = [ViewServer(create_app(boards, url, settings, **extra)).start() for url, extra in (
+        (named_models.prom.url, {"max_reply_bytes": 1024}), (named_models.exporter_url, {}))]
+    try:
+        small, wrong = (read_page(browser, f"{v.base_url}/d/ttft-overview") for v in views)
+        refused = [p for p in small["panels"] if p["state"] == "error"]
+        assert len(refused) >= 5, small["panels"]
+        assert all("too_large: Prometheus' answer to /api/v1/query" in p["text"] and
+                   "over the view's limit of 1,024 bytes" in p["text"] for p in refused), refused
+        assert all(p["state"] in ("chart", "stat", "nodata") for p in small["panels"]
+                   if p not in refused)
+        assert small["status"]["board"] == []
+        board, = wrong["status"]["board"]
+        assert board.startswith("cannot draw the dashboard: bad_reply: "
+                                f"{named_models.exporter_url}/api/v1/label/job/values answered "
+                                "HTTP 404"), board
+        assert "not Prometheus' JSON" in board
+        assert wrong["status"]["alerts"].startswith("alerts: bad_reply: "), wrong["status"]
+    finally:
+        for view in views:
+            view.stop()
