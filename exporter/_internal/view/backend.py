@@ -27,8 +27,9 @@ from ..diagnose.run import DiagnoseError, Prometheus, Request, diagnose
 PASSED = re.compile(r"(query|query_range|series|alerts|label/[A-Za-z_][A-Za-z0-9_]*/values)")
 
 
-#: The largest answer passed to the page: a dashboard's panels ask for tens of kilobytes each;
-#: an answer past this would stall the browser that draws it.
+#: The largest answer passed to the page: a panel asks for one point per pixel column at most
+#: (a few hundred kilobytes, a heatmap's buckets included); an answer past this would stall the
+#: browser drawing it.
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 #: How much of a non-JSON answer its error quotes.
 EXCERPT = 200
