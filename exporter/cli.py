@@ -153,7 +153,8 @@ def _view(args: argparse.Namespace) -> int:
                             baseline=parse_duration(args.baseline))
         settings = Settings(scrape_seconds=parse_duration(args.scrape_interval),
                             time_from=f"now-{parse_duration(args.range):.0f}s" if args.range else None)
-        app = create_app(boards, args.prometheus, settings, findings)
+        app = create_app(boards, args.prometheus, settings, findings,
+                         allowed_hosts=args.allow_host)
     except (BoardsError, DiagnoseError) as e:
         print(f"ttft-exporter view: {e}", file=sys.stderr)
         return 2
@@ -320,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus' base URL, e.g. http://127.0.0.1:9090")
     p.add_argument("--port", type=_port, default=9470, help="page port (default 9470)")
     p.add_argument("--addr", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a DNS name the page is opened by (repeatable); by default it answers "
+                        "only to its address, and to localhost on loopback (DNS rebinding)")
     p.add_argument("--dashboards", default="dashboards", metavar="DIR",
                    help="the dashboards' JSON, as generate wrote it (default ./dashboards)")
     p.add_argument("--scrape-interval", default="15s", metavar="DURATION",
