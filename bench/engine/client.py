@@ -21,6 +21,7 @@ class Reply:
     events: list[dict[str, Any]] = field(default_factory=list)
     arrived: list[float] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)
+    headers_at: float = 0.0
 
     @property
     def token_times(self) -> list[float]:
@@ -57,6 +58,7 @@ def chat(base_url: str, messages: list[dict[str, str]], stream: bool = True,
         connection.request("POST", "/v1/chat/completions", payload,
                            {"Content-Type": "application/json"})
         response = connection.getresponse()
+        reply.headers_at = time.perf_counter() - sent
         reply.headers = {k.lower(): v for k, v in response.getheaders()}
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {response.read()[:500]!r}")

@@ -70,6 +70,11 @@ def wire_fields(engine: build.Engine) -> list[str]:
         timings = reply.timings()
         lines += ["", f"`timings` keys: {', '.join(f'`{k}`' for k in timings)}.",
                   f"Response headers: {reply.headers}."]
+        cold = chat(server.base_url, system_and_user(prompts.text(engine.model, 2000, 2)),
+                    max_tokens=1)
+        lines.append(f"A streamed cold call of {cold.timings()['prompt_n']:,} prompt tokens: "
+                     f"headers after {_fmt_ms(cold.headers_at)}, first token after "
+                     f"{_fmt_ms(cold.ttft)}, `prompt_ms` {cold.timings()['prompt_ms']:,.0f}.")
     with LlamaServer(engine.alternate_server, engine.model, Options(parallel=1)) as other:
         alternate = chat(other.base_url, messages, stream=False, max_tokens=1).final
         lines.append(f"The alternate build answers `system_fingerprint: "
@@ -93,27 +98,23 @@ def slots_and_cache(engine: build.Engine) -> list[str]:
                   "| call | slot (how chosen) | cached tokens | prompt_ms |", "| --- | --- | --- | --- |"]
         with tempfile.TemporaryDirectory() as saved, \
                 serving(engine, parallel=2, cache_ram_mib=ram, slot_save_path=saved) as server:
-            for name in sequence:
-                reply = chat(server.base_url, system_and_user(texts[name]), stream=False,
-                             max_tokens=1)
+
+            def row(label: str, prompt: str, **body: Any) -> None:
+                reply = chat(server.base_url, system_and_user(texts[prompt]), stream=False,
+                             max_tokens=1, **body)
                 t = reply.timings()
-                lines.append(f"| {name} | {_last_slot(server)} | {t['cache_n']} | "
+                lines.append(f"| {label} | {_last_slot(server)} | {t['cache_n']} | "
                              f"{t['prompt_ms']:.0f} |")
+
+            for name in sequence:
+                row(name, name)
             for slot in (0, 1):
-                reply = chat(server.base_url, system_and_user(texts["A"]), stream=False,
-                             max_tokens=1, id_slot=slot)
-                lines.append(f"| A, `id_slot: {slot}` | {_last_slot(server)} | "
-                             f"{reply.timings()['cache_n']} | {reply.timings()['prompt_ms']:.0f} |")
+                row(f"A, `id_slot: {slot}`", "A", id_slot=slot)
             for slot in (0, 1):
                 server.erase_slot(slot)
-            reply = chat(server.base_url, system_and_user(texts["A"]), stream=False, max_tokens=1)
-            lines.append(f"| A, after `POST /slots/N?action=erase` of both slots | "
-                         f"{_last_slot(server)} | {reply.timings()['cache_n']} | "
-                         f"{reply.timings()['prompt_ms']:.0f} |")
+            row("A, after `POST /slots/N?action=erase` of both slots", "A")
             server.restart()
-            reply = chat(server.base_url, system_and_user(texts["A"]), stream=False, max_tokens=1)
-            lines.append(f"| A, after a restart | {_last_slot(server)} | "
-                         f"{reply.timings()['cache_n']} | {reply.timings()['prompt_ms']:.0f} |")
+            row("A, after a restart", "A")
     return lines
 
 

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import exporter
 from bench.engine import build, prompts
 from bench.engine.server import LlamaServer, Options
+from bench.engine.upstreams import FAR_HOST, FarUpstream
 from exporter._internal import names
 from tests.support import skip_or_fail
 
@@ -158,3 +159,29 @@ def test_a_non_streamed_call_through_the_real_engine(engine, metrics_url):
         usage.completion_tokens == 4
     assert delta(after, before, names.CACHED_INPUT_TOKENS.name + "_sum", **route) == \
         usage.prompt_tokens_details.cached_tokens
+
+
+
+def test_the_far_upstream_differs_on_the_wire(metrics_url):
+    """The second upstream (bench/engine/upstreams.py): another address, another build's
+    fingerprint, and a round trip of 2 x `one_way` more before the response's headers."""
+    built = build.installed()
+    if built is None:
+        skip_or_fail("the engine is not built: make engine (or make engine-smoke)")
+    one_way = 0.1
+    with FarUpstream(built, one_way=one_way) as far:
+        address = far.base_url.removeprefix("http://")
+        c = openai.OpenAI(base_url=far.openai_base_url, api_key="none", max_retries=0)
+        before = scrape(metrics_url)
+        with exporter.labels(route=ROUTE, tenant="smoke"):
+            chunks = list(c.chat.completions.create(
+                model="any-name", stream=True, max_tokens=4,
+                messages=[{"role": "user", "content": "Which region answers?"}]))
+        after = scrape(metrics_url)
+    assert address.startswith(FAR_HOST + ":")
+    assert {chunk.system_fingerprint for chunk in chunks} == \
+        {build.fingerprint_of(build.ALTERNATE_BUILD)}
+    assert delta(after, before, names.UPSTREAM_REQUESTS, route=ROUTE, address=address) == 1
+    server_phase = delta(after, before, names.PHASE_FAMILY.name + "_sum", phase="server",
+                         route=ROUTE)
+    assert server_phase >= 2 * one_way
