@@ -224,9 +224,18 @@ def test_an_aggregators_snapshot_does_not_hold_the_caps_for_good(tmp_path):
     clock = ManualClock()
     agg = Aggregator(config, Recorder(config, clock=clock))  # restored: the caps are full
     assert set(tenant_rows(agg.recorder)) == {"forged-0", "forged-1", "forged-2"}
+    renderer = Renderer(agg.recorder, agg.families)
+
+    def created_lines() -> list[str]:  # the aggregator's own counters' created timestamps
+        return [line for line in renderer.render(openmetrics=True).decode().splitlines()
+                if line.startswith("ttft_exporter_push_") and "_created" in line]
+
+    created = created_lines()
+    assert created
     seq = 1
-    for _ in range(6):  # 90 s of pushes from a worker with a real tenant only
+    for _ in range(6):  # 90 s of pushes from a worker with a real tenant only, scraped
         clock.advance(15)
+        renderer.render()
         worker = Recorder(config)
         call(worker, 1, "m", "/chat", "gold")
         delta = take(worker)
@@ -236,6 +245,7 @@ def test_an_aggregators_snapshot_does_not_hold_the_caps_for_good(tmp_path):
     rows = tenant_rows(agg.recorder)
     assert rows.get("gold") == 6 - rows.get(names.OTHER_TENANT, 0) and rows["gold"] >= 2
     assert not any(t.startswith("forged") for t in rows), rows
+    assert agg.recorder.removals and created_lines() == created  # (they never restarted)
     agg.close()
     kept = StateFiles(str(tmp_path / "state")).read_snapshot()
     assert "forged-0" not in str(kept) and "gold" in str(kept)

@@ -138,7 +138,7 @@ class Renderer:
         self._removals = removals
         current = set(self.recorder.all_series())
         self._cache = {s: cached for s, cached in self._cache.items() if s in current}
-        rows = counter_families(self.recorder, 0.0)
+        rows = counter_families(self.recorder, 0.0) + (self.extra() if self.extra else [])
         self._debuts.forget(current, rows)
         self._created.forget(rows)
 
