@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .. import names
 from ..config.settings import LabelConfig
@@ -58,17 +58,27 @@ class Expired:
 
     def covers(self, labels: Sequence[str], values: Sequence[str]) -> bool:
         """True when a series or row with these label values carries a freed value."""
-        row = dict(zip(labels, values))
-        for label in CAPPED:
-            value = row.get(label)
-            if value is not None and value in self.values[label]:
+        return self.matcher(labels)(values)
+
+    def matcher(self, labels: Sequence[str]) -> Callable[[Sequence[str]], bool]:
+        """`covers` for many series or rows of one label layout: the positions found once."""
+        at = {label: i for i, label in enumerate(labels)}
+        capped = [(at[label], self.values[label]) for label in CAPPED
+                  if label in at and self.values[label]]
+        tenant = (at[names.MODEL], at[names.ROUTE], at[names.TENANT]) if self.tenants and \
+            {names.MODEL, names.ROUTE, names.TENANT} <= at.keys() else None
+        upstream = (at[names.MODEL], at[names.ADDRESS], at[names.REGION],
+                    at[names.FINGERPRINT]) if self.upstreams and names.ADDRESS in at else None
+        tenants, upstreams = self.tenants, self.upstreams
+
+        def covered(values: Sequence[str]) -> bool:
+            for i, freed in capped:
+                if values[i] in freed:
+                    return True
+            if tenant is not None and tuple(values[i] for i in tenant) in tenants:
                 return True
-        if self.tenants and names.TENANT in row and (
-                row.get(names.MODEL), row.get(names.ROUTE), row[names.TENANT]) in self.tenants:
-            return True
-        return bool(self.upstreams) and names.ADDRESS in row and (
-            row.get(names.MODEL), row[names.ADDRESS], row.get(names.REGION),
-            row.get(names.FINGERPRINT)) in self.upstreams
+            return upstream is not None and tuple(values[i] for i in upstream) in upstreams
+        return covered
 
 
 class LabelGuard:

@@ -231,15 +231,15 @@ class Store:
     def _drop_expired(self, expired: Expired) -> None:
         """Drop the series and counter rows carrying a value the guard freed."""
         for state in self.families.values():
-            labels = state.label_names
-            gone = [values for values in state.series if expired.covers(labels, values)]
+            covered = expired.matcher(state.label_names)
+            gone = [values for values in state.series if covered(values)]
             for values in gone:
                 self.dirty.discard(state.series.pop(values))
             self.series_count -= len(gone)
         for counter in names.COUNTERS:
-            rows = self.rows[counter.name]
+            rows, covered = self.rows[counter.name], expired.matcher(counter.labels)
             for row in [row for row, n in rows.items()
-                        if (n == 0 or not counter.gauge) and expired.covers(counter.labels, row)]:
+                        if (n == 0 or not counter.gauge) and covered(row)]:
                 del rows[row]
         self.removals += 1
 
