@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto clean engine engine-tools engine-smoke
+.PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto image-requirements clean engine engine-tools engine-smoke
 
 # setup.py builds the optional C parts (exporter/_internal/*/_hot*.c) where gcc is found.
 $(STAMP): pyproject.toml setup.py $(wildcard exporter/_internal/*/_hot*.c)
@@ -118,6 +118,25 @@ engine: $(ENGINE_STAMP) engine-tools
 # exporter (tests/engine/; `make test` leaves them out: they need the build above).
 engine-smoke: engine
 	$(PY) -m pytest -q tests/engine
+
+# requirements-image.txt, what the Dockerfile installs with `pip install --require-hashes`: the
+# runtime dependencies of pyproject.toml and setuptools (the wheel's build backend), resolved
+# for the image's Python (3.11, the Dockerfile's base) at exact versions, each with the hashes of
+# every file PyPI has for it (every platform of the base image). pip-tools runs in a scratch
+# venv: it is no dependency of the project. Run it after changing a dependency's range, or to
+# take newer releases (a fixed advisory); tests/test_image.py checks the pins against the ranges.
+IMAGE_PYTHON ?= python3.11
+image-requirements:
+	$(IMAGE_PYTHON) -m venv /tmp/ttft-pip-tools
+	/tmp/ttft-pip-tools/bin/pip install -q 'pip-tools>=7.4,<8'
+	rm -rf /tmp/ttft-image-requirements && mkdir -p /tmp/ttft-image-requirements/exporter
+	cp pyproject.toml README.md /tmp/ttft-image-requirements/
+	touch /tmp/ttft-image-requirements/exporter/__init__.py
+	cd /tmp/ttft-image-requirements && /tmp/ttft-pip-tools/bin/pip-compile -q --upgrade \
+		--generate-hashes --allow-unsafe --strip-extras --build-deps-for wheel \
+		--no-emit-index-url --no-emit-find-links --no-emit-options \
+		--output-file requirements-image.txt pyproject.toml
+	cp /tmp/ttft-image-requirements/requirements-image.txt requirements-image.txt
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -106,6 +106,7 @@ BOUNDS: dict[str, Bound] = {
                                                "max_routes", "max_providers", "max_upstreams",
                                                "max_tasks")},
     "labels.max_label_length": Bound(minimum=8),
+    "labels.expire_seconds": Bound(minimum=0),
     "labels.tenant_families[]": Bound(
         choices=tuple(f.name for f in names.HISTOGRAMS if names.MODEL in f.base),
         why="must be a histogram family of LLM calls"),

@@ -72,6 +72,10 @@ class LabelConfig:
     max_upstreams: int = 16
     max_tasks: int = 100  # distinct agent task names; the rest fold into __other__
     max_label_length: int = 128  # longer label values are cut to this length
+    #: A capped value (model, route, provider, task, tenant, upstream) unseen for this long
+    #: frees its slot and its series are dropped (a series that comes back starts from zero,
+    #: which `rate()` reads as a counter reset); 0 keeps every value for good.
+    expire_seconds: float = 3600.0
     #: Families that carry `tenant` besides the user-facing ones (names.Family.tenant_by_default).
     tenant_families: tuple[str, ...] = ()
 
@@ -213,6 +217,9 @@ class AggregatorConfig:
     """
 
     push_token_file: str = ""  # token /push requires (else env TTFT_EXPORTER_PUSH_TOKEN)
+    #: Let `serve` listen beyond loopback with no push token: anyone who reaches the port can
+    #: then push forged calls (fire or hide pages). Only on a network you trust.
+    allow_unauthenticated_push: bool = False
     max_body_bytes: int = 4 * 2**20  # compressed /push body
     max_decompressed_bytes: int = 16 * 2**20  # inflated /push body
     #: A worker's gauges are dropped when it has not pushed for this long (0: 3 × its interval).
