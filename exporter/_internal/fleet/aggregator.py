@@ -8,11 +8,14 @@ inflating past `max_decompressed_bytes`), `malformed` (400), `incompatible` (409
 format version or histogram layout). A valid push is merged exactly into the process's recorder
 (HDR add with the straddle counts and exact sums; window slices fed at receive time; counters
 added) unless its (worker, seq) was already applied: then it is acknowledged and ignored, which
-makes the workers' retries idempotent. The map is bounded (`max_workers`, least recently pushed
-evicted first): a retry that says it may have been applied (`retry`: an earlier attempt went
-unanswered) from a worker no longer in it cannot be told from a new batch once any worker was
-evicted, so it is refused (409, `evicted`): the worker gives it up and counts it, never counted
-twice. The in-flight gauge is the sum of each live worker's latest
+makes the workers' retries idempotent. A worker sends a batch's first attempt only once every
+earlier batch was acknowledged or given up, so a first attempt (not `retry`) of seq n settles
+every seq below n: a copy of one of them arriving later is ignored. The map is bounded
+(`max_workers`, least recently pushed evicted first): a resend that says it may have been
+applied (`retry`: an earlier attempt reached a connection without a definite answer) from a
+worker no longer in it cannot be placed once any worker was evicted, so it is refused (409,
+`evicted`): the worker gives it up and counts it, never counted twice; its next batch is a
+first attempt, applied as usual. The in-flight gauge is the sum of each live worker's latest
 value; a worker's gauges expire when it stops pushing (`gauge_ttl_seconds`, default 3 × its
 interval) or at once when its last push says `final`.
 
@@ -146,16 +149,18 @@ class Aggregator:
                 self.snapshot_failures += 1
                 log.warning("ttft-exporter aggregator: cannot journal a push (%s); answered "
                             "503, the worker keeps it", e.strerror or e)
-                return 503, {"error": "unavailable", "detail": "the push could not be made "
-                                                               "durable; retry later"}
+                return 503, {"error": "unavailable", "applied": False,
+                             "detail": "the push could not be made durable; retry later"}
         self.apply(delta)
         return 200, {"applied": True, "seq": delta.seq}
 
     def reject(self, reason: str, detail: str) -> tuple[int, dict[str, Any]]:
+        """A refused push: nothing of it was applied, and the answer says so (a worker resends
+        it unmarked, push.py; a proxy's error page cannot say it)."""
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
         status = {names.REJECT_UNAUTHORIZED: 401, names.REJECT_TOO_LARGE: 413,
                   names.REJECT_INCOMPATIBLE: 409, names.REJECT_EVICTED: 409}.get(reason, 400)
-        return status, {"error": reason, "detail": detail}
+        return status, {"error": reason, "detail": detail, "applied": False}
 
     def is_duplicate(self, delta: Delta) -> bool:
         """True when this (worker, seq) was applied already (a retry)."""
@@ -170,6 +175,8 @@ class Aggregator:
             return False
         absorb(self.recorder, delta, window=window)
         seqs = self.applied.pop(worker, None) or Applied()
+        if not delta.retry:  # its worker settled every earlier batch before sending it
+            seqs.settle_below(delta.seq)
         seqs.add(delta.seq)
         self.applied[worker] = seqs
         while len(self.applied) > self.config.aggregator.max_workers:
@@ -403,12 +410,12 @@ class Aggregator:
                         self.files.journal_path)
 
 class Applied:
-    """The seqs of one worker applied so far: all up to `floor`, and those in `above`.
+    """The seqs of one worker settled so far: all up to `floor`, and those in `above`.
 
-    A worker sends its batches in order, but a retry can arrive after a later batch (or a
-    restarted aggregator can see them out of order): a seq below the highest applied one is new
-    unless it is in the set. A worker that gave up a batch leaves a gap for good, so `above`
-    is bounded: past MAX_ABOVE seqs the floor moves up to the oldest of them.
+    A first attempt of seq n settles everything below n (`settle_below`); a resend (`retry`)
+    only itself, so a set remains for resends placed out of order. A worker that gave up a batch
+    leaves a gap for good, so `above` is bounded: past MAX_ABOVE seqs the floor moves up to the
+    oldest of them.
     """
 
     __slots__ = ("floor", "above")
@@ -420,6 +427,12 @@ class Applied:
 
     def __contains__(self, seq: int) -> bool:
         return seq <= self.floor or seq in self.above
+
+    def settle_below(self, seq: int) -> None:
+        """Every seq below `seq` was acknowledged or given up by its worker: none is new."""
+        if seq - 1 > self.floor:
+            self.floor = seq - 1
+            self.above = {s for s in self.above if s > self.floor}
 
     def add(self, seq: int) -> None:
         self.above.add(seq)
