@@ -50,7 +50,8 @@ from ..record.recorder import Recorder
 from . import validate, wire
 from .absorb import absorb, in_flight_rows, set_in_flight
 from .access import Access
-from .journal import StateFiles, unusable
+from .journal import GroupSync, StateFiles, unusable
+from .settled import Applied, applied_map
 from .wire import Delta, PushError
 
 log = logging.getLogger("exporter.aggregator")
@@ -65,7 +66,8 @@ _HELP = {
     names.SELF_PUSH_WORKERS: "Worker processes whose gauges are live (pushed recently).",
     names.SELF_PUSH_LOST: "Batches workers dropped unacknowledged (queue bound or rejected).",
     names.SELF_PUSH_FAILURES: "Failed push attempts reported by the workers (later retried).",
-    names.SELF_SNAPSHOT_FAILURES: "State snapshots or journal writes that failed.",
+    names.SELF_SNAPSHOT_FAILURES: "State snapshots or journal writes that failed (or journal "
+                                   "records found bad at a restart).",
 }
 
 
@@ -83,6 +85,15 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+
+
+class Pending:
+    """A push journalled and not yet applied: its delta and its body as journalled."""
+
+    __slots__ = ("delta", "body")
+
+    def __init__(self, delta: Delta, body: bytes):
+        self.delta, self.body = delta, body
 
 
 class Aggregator:
@@ -112,6 +123,11 @@ class Aggregator:
         #: The in-flight keys of all workers (bounded: labels.max_series).
         self._gauge_keys: set[tuple[str, ...]] = set()
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
+        self.machine_durable = self.files is not None and agg.durability == "machine"
+        #: Pushes journalled but not yet applied (waiting for their fsync): a snapshot keeps
+        #: them in the journal it empties.
+        self.unapplied: set[Pending] = set()
+        self.group_sync = GroupSync(self.files) if self.machine_durable else None
         self._last_snapshot = clock()
         if self.files is not None:
             why = unusable(agg.snapshot_path)
@@ -128,20 +144,34 @@ class Aggregator:
     # --- receiving ------------------------------------------------------------------------------
 
     def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        """Validate and apply one (authorized, size-checked) push body: (HTTP status, answer)."""
+        """Validate, journal (and fsync, with `durability: machine`) and apply one
+        (authorized, size-checked) push body: (HTTP status, answer)."""
+        status, answer, pending = self.journal(body)
+        if pending is None:
+            return status, answer
+        if self.machine_durable:
+            try:
+                self.files.sync()  # type: ignore[union-attr]
+            except OSError as e:
+                return self.not_durable(pending, e)
+        return self.commit(pending)
+
+    def journal(self, body: bytes) -> tuple[int, dict[str, Any], Pending | None]:
+        """Validate and journal one push: the answer, or the push to `commit` once durable."""
         try:
             delta = validate.decode(body, self.recorder.schema,
                                 max_inflated=self.config.aggregator.max_decompressed_bytes)
         except PushError as e:
-            return self.reject(e.reason, e.detail)
+            return (*self.reject(e.reason, e.detail), None)
         if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
-            return 200, {"applied": False, "seq": delta.seq}
+            return 200, {"applied": False, "seq": delta.seq}, None
         if delta.retry and self.evicted_workers and delta.worker not in self.applied:
-            return self.reject(names.REJECT_EVICTED,
-                               f"batch {delta.seq} may have been applied, but this worker's "
-                               f"applied batches were evicted (aggregator.max_workers): give "
-                               f"it up rather than count it twice")
+            return (*self.reject(names.REJECT_EVICTED,
+                                 f"batch {delta.seq} may have been applied, but this worker's "
+                                 f"applied batches were evicted (aggregator.max_workers): give "
+                                 f"it up rather than count it twice"), None)
+        pending = Pending(delta, body)
         if self.files is not None:
             try:
                 self.files.append(body)
@@ -150,9 +180,24 @@ class Aggregator:
                 log.warning("ttft-exporter aggregator: cannot journal a push (%s); answered "
                             "503, the worker keeps it", e.strerror or e)
                 return 503, {"error": "unavailable", "applied": False,
-                             "detail": "the push could not be made durable; retry later"}
-        self.apply(delta)
-        return 200, {"applied": True, "seq": delta.seq}
+                             "detail": "the push could not be made durable; retry later"}, None
+            self.unapplied.add(pending)
+        return 200, {}, pending
+
+    def commit(self, pending: Pending) -> tuple[int, dict[str, Any]]:
+        """Apply a journalled (and, if asked, fsync'd) push and answer it."""
+        self.unapplied.discard(pending)
+        applied = self.apply(pending.delta)
+        return 200, {"applied": applied, "seq": pending.delta.seq}
+
+    def not_durable(self, pending: Pending, error: OSError) -> tuple[int, dict[str, Any]]:
+        """The fsync failed: not acknowledged (the record stays journalled, so a restart may
+        apply it: the answer does not say it was not applied, and the resend is a retry)."""
+        self.unapplied.discard(pending)
+        self.snapshot_failures += 1
+        log.warning("ttft-exporter aggregator: cannot fsync the journal (%s); answered 503, "
+                    "the worker keeps the push", error.strerror or error)
+        return 503, {"error": "unavailable", "detail": "the push could not be made durable"}
 
     def reject(self, reason: str, detail: str) -> tuple[int, dict[str, Any]]:
         """A refused push: nothing of it was applied, and the answer says so (a worker resends
@@ -270,8 +315,22 @@ class Aggregator:
                 return response
             # validation and merging run on the aggregator's own thread: the event loop keeps
             # answering (/healthz, scrapes) during the largest push
-            status, answer = await asyncio.get_running_loop().run_in_executor(
-                self.worker, self.accept, b"".join(chunks))
+            loop = asyncio.get_running_loop()
+            if self.group_sync is None:
+                status, answer = await loop.run_in_executor(self.worker, self.accept,
+                                                            b"".join(chunks))
+                return web.json_response(answer, status=status)
+            status, answer, pending = await loop.run_in_executor(self.worker, self.journal,
+                                                                 b"".join(chunks))
+            if pending is not None:
+                try:
+                    await self.group_sync.wait()
+                except OSError as e:
+                    status, answer = await loop.run_in_executor(self.worker, self.not_durable,
+                                                                pending, e)
+                else:
+                    status, answer = await loop.run_in_executor(self.worker, self.commit,
+                                                                pending)
             return web.json_response(answer, status=status)
         except (ConnectionError, asyncio.IncompleteReadError):
             raise
@@ -289,6 +348,8 @@ class Aggregator:
             await task
         await asyncio.get_running_loop().run_in_executor(self.worker, self.close)
         self.worker.shutdown(wait=True)
+        if self.group_sync is not None:
+            self.group_sync.thread.shutdown(wait=True)
 
     async def _ticks(self) -> None:
         loop = asyncio.get_running_loop()
@@ -365,7 +426,9 @@ class Aggregator:
         if self.files is None:
             return False
         try:
-            self.files.write_snapshot(self.state_document())
+            self.files.write_snapshot(self.state_document(),
+                                      keep=[p.body for p in self.unapplied],
+                                      durable=self.machine_durable)
             return True
         except OSError as e:
             self.snapshot_failures += 1
@@ -380,7 +443,7 @@ class Aggregator:
         if doc is not None:
             try:
                 delta = validate.from_payload(doc, self.recorder.schema)
-                applied = _applied_map(doc.get("applied"))
+                applied = applied_map(doc.get("applied"))
             except ValueError as e:
                 self.files.set_aside(str(e))
             else:
@@ -408,52 +471,10 @@ class Aggregator:
         if replayed:
             log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
                         self.files.journal_path)
-
-class Applied:
-    """The seqs of one worker settled so far: all up to `floor`, and those in `above`.
-
-    A first attempt of seq n settles everything below n (`settle_below`); a resend (`retry`)
-    only itself, so a set remains for resends placed out of order. A worker that gave up a batch
-    leaves a gap for good, so `above` is bounded: past MAX_ABOVE seqs the floor moves up to the
-    oldest of them.
-    """
-
-    __slots__ = ("floor", "above")
-    MAX_ABOVE = 256
-
-    def __init__(self, floor: int = 0, above: set[int] | None = None):
-        self.floor = floor
-        self.above = above or set()
-
-    def __contains__(self, seq: int) -> bool:
-        return seq <= self.floor or seq in self.above
-
-    def settle_below(self, seq: int) -> None:
-        """Every seq below `seq` was acknowledged or given up by its worker: none is new."""
-        if seq - 1 > self.floor:
-            self.floor = seq - 1
-            self.above = {s for s in self.above if s > self.floor}
-
-    def add(self, seq: int) -> None:
-        self.above.add(seq)
-        if len(self.above) > self.MAX_ABOVE:  # a gap that will never fill: step over it
-            self.floor = min(self.above) - 1
-        while self.floor + 1 in self.above:
-            self.floor += 1
-            self.above.discard(self.floor)
-
-
-def _applied_map(value: Any) -> dict[str, Applied]:
-    """The snapshot's [worker, floor, [seqs above]] entries ([worker, seq] in older ones)."""
-    if not isinstance(value, list):
-        raise ValueError("applied map missing")
-    out: dict[str, Applied] = {}
-    for item in value:
-        if not (isinstance(item, list) and len(item) in (2, 3) and isinstance(item[0], str)
-                and type(item[1]) is int):
-            raise ValueError("applied map entry is not [worker, floor, [seqs]]")
-        above = item[2] if len(item) == 3 else []
-        if not (isinstance(above, list) and all(type(seq) is int for seq in above)):
-            raise ValueError("applied map entry has bad seqs")
-        out[item[0]] = Applied(item[1], set(above))
-    return out
+        if self.files.skipped or self.files.old_format:
+            # counted as failed journal writes; a snapshot now empties the journal of them
+            self.snapshot_failures += self.files.skipped
+            log.warning("ttft-exporter aggregator: %d journal records did not check and were "
+                        "skipped%s", self.files.skipped,
+                        " (a journal of the first format)" if self.files.old_format else "")
+            self.snapshot()
