@@ -322,15 +322,8 @@ class Aggregator:
                 return web.json_response(answer, status=status)
             status, answer, pending = await loop.run_in_executor(self.worker, self.journal,
                                                                  b"".join(chunks))
-            if pending is not None:
-                try:
-                    await self.group_sync.wait()
-                except OSError as e:
-                    status, answer = await loop.run_in_executor(self.worker, self.not_durable,
-                                                                pending, e)
-                else:
-                    status, answer = await loop.run_in_executor(self.worker, self.commit,
-                                                                pending)
+            if pending is not None:  # (shielded: a client gone meanwhile leaves none pending)
+                status, answer = await asyncio.shield(self._commit_when_durable(pending))
             return web.json_response(answer, status=status)
         except (ConnectionError, asyncio.IncompleteReadError):
             raise
@@ -338,6 +331,16 @@ class Aggregator:
             log.exception("ttft-exporter aggregator: push failed")
             self.recorder.count_drop(names.DROP_INTERNAL)
             return web.json_response({"error": "internal"}, status=500)
+
+    async def _commit_when_durable(self, pending: Pending) -> tuple[int, dict[str, Any]]:
+        """`durability: machine`: wait for an fsync covering the push, then apply it."""
+        assert self.group_sync is not None
+        loop = asyncio.get_running_loop()
+        try:
+            await self.group_sync.wait()
+        except OSError as e:
+            return await loop.run_in_executor(self.worker, self.not_durable, pending, e)
+        return await loop.run_in_executor(self.worker, self.commit, pending)
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:
         """aiohttp cleanup context: expiry and snapshots while serving, a snapshot at the end."""
