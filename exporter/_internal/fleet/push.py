@@ -83,9 +83,10 @@ class _Batch:
 
 @dataclass
 class _Attempt:
-    """What one POST came to: `status` 0 when no answer; `connected` when the request may
-    have reached the aggregator (a connection was open), `refused` when the aggregator itself
-    answered that it did not apply it."""
+    """What one POST came to: `status` 0 when no answer (`timed_out`: none within
+    push.timeout_seconds); `connected` when the request may have reached the aggregator (a
+    connection was open), `refused` when the aggregator itself answered that it did not apply
+    it."""
 
     status: int
     detail: str
