@@ -156,6 +156,7 @@ BOUNDS: dict[str, Bound] = {
     "aggregator.gauge_ttl_seconds": Bound(minimum=0),
     "aggregator.max_workers": AT_LEAST_1,
     "aggregator.snapshot_interval_seconds": POSITIVE,
+    "aggregator.durability": Bound(choices=("process", "machine")),
     "aggregator.metrics_username": Bound(pattern="^[^:]*$", why="must not contain ':'"),
 }
 

@@ -227,6 +227,10 @@ class AggregatorConfig:
     max_workers: int = 10_000  # (worker id, last seq) entries kept for idempotent retries
     snapshot_path: str = ""  # empty: no snapshot (a restart starts counting from zero)
     snapshot_interval_seconds: float = 30.0  # snapshot period (and one at SIGTERM)
+    #: What an acknowledged push survives: `process` (journalled to the kernel: any crash of
+    #: the process) or `machine` (fsync'd before the answer: a power loss too; pushes waiting
+    #: meanwhile share one fsync).
+    durability: str = "process"
     metrics_token_file: str = ""  # bearer token /metrics requires
     metrics_username: str = ""  # basic auth /metrics requires (with metrics_password_file)
     metrics_password_file: str = ""
