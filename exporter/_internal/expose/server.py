@@ -137,8 +137,9 @@ async def _send(request: web.Request, body: bytes, headers: dict[str, str]
     view = memoryview(body)
     try:
         await response.prepare(request)
-        for start in range(0, len(view), WRITE_CHUNK):
-            await response.write(view[start:start + WRITE_CHUNK])
+        if request.method != "HEAD":  # (its headers only: the length of what GET sends)
+            for start in range(0, len(view), WRITE_CHUNK):
+                await response.write(view[start:start + WRITE_CHUNK])
         await response.write_eof()
     except ConnectionError:
         return response, False
