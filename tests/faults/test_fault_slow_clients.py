@@ -41,9 +41,10 @@ def serving(config: Config = Config(), limits: ServerConfig = LIMITS
     return server, agg
 
 
-def healthz(server: ExporterServer) -> bool:
+def healthz(server: ExporterServer | Serve) -> bool:
+    base = server.base_url if isinstance(server, ExporterServer) else server.base
     try:
-        return urllib.request.urlopen(f"{server.base_url}/healthz", timeout=5).read() == b"ok\n"
+        return urllib.request.urlopen(f"{base}/healthz", timeout=5).read() == b"ok\n"
     except OSError:
         return False
 
@@ -324,18 +325,11 @@ def test_a_response_left_unread_is_abandoned_after_the_write_timeout(tmp_path: P
         took = time.monotonic() - started
         after = closed_counts(serve)
         assert after["unread"] - before["unread"] == 2 and 0.9 < took < 10, (took, after)
-        assert healthz_of(serve.base)
+        assert healthz(serve)
         for s in clients:
             s.close()
     finally:
         serve.stop()
-
-
-def healthz_of(base: str) -> bool:
-    try:
-        return urllib.request.urlopen(f"{base}/healthz", timeout=5).read() == b"ok\n"
-    except OSError:
-        return False
 
 
 def test_clients_keeping_responses_unread_hold_one_body_each(tmp_path: Path):
@@ -383,7 +377,7 @@ def test_healthz_and_push_are_answered_when_every_slot_is_inside_a_handler(tmp_p
         assert refused.recv(100).startswith(b"HTTP/1.1 503"), "a reserved slot served /metrics"
         refused.close()
         started = time.monotonic()
-        assert healthz_of(serve.base)
+        assert healthz(serve)
         assert push_status(serve.base, maximal_push(load({"labels": {"max_series": 8}}))) == 200
         print(f"every slot inside a handler: /healthz and a push answered in "
               f"{(time.monotonic() - started) * 1000:.0f} ms")
