@@ -54,6 +54,9 @@ class ServerConfig:
     max_connections_per_client: int = 64  # per client address; past it its oldest idle is shed
     header_timeout_seconds: float = 10.0  # for a complete request's headers (else closed)
     body_timeout_seconds: float = 30.0  # for a /push body (else 408)
+    write_timeout_seconds: float = 30.0  # for a response's rest once it fills the send buffer
+    max_unread_responses: int = 8  # at once (each holds its body); past it the oldest is shed
+    reserved_connections: int = 8  # past max_connections, for /healthz and /push when all are busy
 
 
 @dataclass(frozen=True)
