@@ -195,7 +195,7 @@ def run(quick: bool = False, runs: int | None = None) -> list[str]:
         *startup_rows(rounds), "",
         f"Modules `import exporter; exporter.instrument()` adds after `import openai`: "
         f"{_groups(added)}; of the server side ({', '.join(SERVER_SIDE)}): "
-        f"{', '.join(leaked) or 'none'}.", "",
+        f"{_groups(leaked) or 'none'}.", "",
         "The first two calls of a client (a 4-chunk stream from the demo provider), in fresh "
         "interpreters:", "",
         *first_call_rows(calls), "",
