@@ -19,7 +19,8 @@ cache) and `message_delta` (cumulative output; newer servers repeat the input co
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 from ..names import CONTENT, REASONING, TOOL
 from .hooks import SDK, client_hooks, start_hook
@@ -106,20 +107,17 @@ def provider(client: Any) -> str:
 SDK_SPEC = SDK("anthropic", ENDPOINTS, provider)
 
 
-def targets() -> list[tuple[type, str, Any]]:
-    """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
-    from anthropic import _base_client, _streaming
-    from anthropic.resources.messages import messages
+def targets() -> dict[str, Callable[[Any], list[tuple[type, str, Any]]]]:
+    """Each module holding hooked classes -> its hooks once imported: (class, attribute,
+    make_replacement(original)). instrument() patches a module when the app imports it."""
+    return {
+        "anthropic._base_client": lambda base_client: client_hooks(
+            base_client, importlib.import_module("anthropic._streaming"), SDK_SPEC),
+        "anthropic.resources.messages.messages": _create_hooks,
+        "anthropic.resources.beta.messages.messages": _create_hooks,
+    }
 
-    out = client_hooks(_base_client, _streaming, SDK_SPEC) + [
-        (messages.Messages, "create", lambda f: start_hook(f, is_async=False)),
-        (messages.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)),
-    ]
-    try:
-        from anthropic.resources.beta.messages import messages as beta
-    except ImportError:
-        pass
-    else:
-        out.append((beta.Messages, "create", lambda f: start_hook(f, is_async=False)))
-        out.append((beta.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)))
-    return out
+
+def _create_hooks(module: Any) -> list[tuple[type, str, Any]]:
+    return [(module.Messages, "create", lambda f: start_hook(f, is_async=False)),
+            (module.AsyncMessages, "create", lambda f: start_hook(f, is_async=True))]

@@ -20,7 +20,8 @@ Usage: input = `prompt_tokens` / `input_tokens` (OpenAI counts include cached to
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 from ..names import CONTENT, REASONING, TOOL
 from .hooks import SDK, client_hooks, start_hook
@@ -169,16 +170,22 @@ def provider(client: Any) -> str:
 SDK_SPEC = SDK("openai", ENDPOINTS, provider)
 
 
-def targets() -> list[tuple[type, str, Any]]:
-    """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
-    from openai import _base_client, _streaming
-    from openai.resources.chat.completions import completions
-    from openai.resources.responses import responses
+def targets() -> dict[str, Callable[[Any], list[tuple[type, str, Any]]]]:
+    """Each module holding hooked classes -> its hooks once imported: (class, attribute,
+    make_replacement(original)). instrument() patches a module when the app imports it."""
+    return {
+        "openai._base_client": lambda base_client: client_hooks(
+            base_client, importlib.import_module("openai._streaming"), SDK_SPEC),
+        "openai.resources.chat.completions.completions":
+            lambda module: _start_hooks(module.Completions, module.AsyncCompletions),
+        "openai.resources.responses.responses":
+            lambda module: _start_hooks(module.Responses, module.AsyncResponses),
+    }
 
-    out = client_hooks(_base_client, _streaming, SDK_SPEC)
-    for sync_cls, async_cls in ((completions.Completions, completions.AsyncCompletions),
-                                (responses.Responses, responses.AsyncResponses)):
-        for method in ("create", "parse"):
-            out.append((sync_cls, method, lambda f: start_hook(f, is_async=False)))
-            out.append((async_cls, method, lambda f: start_hook(f, is_async=True)))
+
+def _start_hooks(sync_cls: type, async_cls: type) -> list[tuple[type, str, Any]]:
+    out: list[tuple[type, str, Any]] = []
+    for method in ("create", "parse"):
+        out.append((sync_cls, method, lambda f: start_hook(f, is_async=False)))
+        out.append((async_cls, method, lambda f: start_hook(f, is_async=True)))
     return out

@@ -11,24 +11,24 @@ chunk after the first.
 
 Nothing happens unless the app installed an SDK `TracerProvider` (or `MeterProvider`): the
 default no-op providers cost one `isinstance` per call.
+
+OpenTelemetry's API is imported on first need (`_api()`), not with this module: a process that
+imported no OpenTelemetry API module and names no provider in its environment has no provider
+to record into, and its start-up need not load the API (docs/performance.md, "Start-up").
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
-
-from opentelemetry import context, metrics, trace
-from opentelemetry.propagate import inject
-from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import names
 from ..record.timeline import CallTimeline, Derived
 
 _SCOPE = "ttft-exporter"
-_NO_SPAN_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 #: Meter providers that record nothing: the no-op one and the API's proxy (its class is private).
 _NO_METER_PROVIDER_NAMES = frozenset({"NoOpMeterProvider", "_ProxyMeterProvider"})
 
@@ -58,17 +58,70 @@ def _tracer(provider: Any) -> Any:
 #: `os.environ` on every call (a KeyError raised and caught inside `os.environ`, ~1 µs).
 #: `tracing()` answers that case from the same data: the API's function as imported (not
 #: replaced, e.g. by a test), no provider set yet, the variable not in the environment's dict.
-_API_GET_TRACER_PROVIDER = trace.get_tracer_provider
 _ENVIRON: Any = getattr(os.environ, "_data", None)
 try:
     _PROVIDER_ENV_KEY: Any = os.environ.encodekey(  # type: ignore[attr-defined]
         "OTEL_PYTHON_TRACER_PROVIDER")
+    _METER_PROVIDER_ENV_KEY: Any = os.environ.encodekey(  # type: ignore[attr-defined]
+        "OTEL_PYTHON_METER_PROVIDER")
 except Exception:  # pragma: no cover - not CPython's os.environ
     _ENVIRON = None
+
+#: The API's names this module uses, bound as its globals by `_load()` (declared, not bound,
+#: until then); read from outside (`otel.trace`: tests patch the API through it) they are
+#: loaded by `__getattr__`.
+context: Any
+metrics: Any
+trace: Any
+inject: Any
+SpanKind: Any
+Status: Any
+StatusCode: Any
+_NO_SPAN_PROVIDERS: tuple[type, ...]
+_API_GET_TRACER_PROVIDER: Any
+_API_NAMES = frozenset({"context", "metrics", "trace", "inject", "SpanKind", "Status",
+                        "StatusCode", "_NO_SPAN_PROVIDERS", "_API_GET_TRACER_PROVIDER"})
+_loaded = False
+
+
+def _api() -> bool:
+    """True once the API is loaded here; loads it when the app may have a provider: it imported
+    `opentelemetry.trace` or `opentelemetry.metrics` (no provider is set without them), or its
+    environment names one. Until then, two dict lookups and two environment lookups."""
+    if _loaded:
+        return True
+    modules = sys.modules
+    if "opentelemetry.trace" not in modules and "opentelemetry.metrics" not in modules and (
+            _ENVIRON is not None and _PROVIDER_ENV_KEY not in _ENVIRON
+            and _METER_PROVIDER_ENV_KEY not in _ENVIRON):
+        return False
+    _load()
+    return True
+
+
+def _load() -> None:
+    global context, metrics, trace, inject, SpanKind, Status, StatusCode, _loaded
+    global _NO_SPAN_PROVIDERS, _API_GET_TRACER_PROVIDER
+    from opentelemetry import context, metrics, trace
+    from opentelemetry.propagate import inject
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    _NO_SPAN_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    _API_GET_TRACER_PROVIDER = trace.get_tracer_provider
+    _loaded = True
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API_NAMES:
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def tracing() -> bool:
     """True when the app installed a TracerProvider that records (one isinstance per call)."""
+    if not _api():
+        return False
     if trace.get_tracer_provider is _API_GET_TRACER_PROVIDER and _ENVIRON is not None \
             and getattr(trace, "_TRACER_PROVIDER", False) is None \
             and _PROVIDER_ENV_KEY not in _ENVIRON:
@@ -78,7 +131,7 @@ def tracing() -> bool:
 
 def recording_span() -> bool:
     """True when the span current in this context records (~0.5 µs: a context lookup)."""
-    return trace.get_current_span().is_recording()
+    return _api() and trace.get_current_span().is_recording()
 
 
 class CallSpan:
@@ -90,6 +143,8 @@ class CallSpan:
         """`provider`: the call's `gen_ai.provider.name` (default: its provider label)."""
         self.span: Any = None
         self._wall_minus_mono = 0
+        if not _api():
+            return
         tracer_provider = trace.get_tracer_provider()
         if isinstance(tracer_provider, _NO_SPAN_PROVIDERS):
             return
@@ -213,6 +268,8 @@ class GenAIMetrics:
         self._instruments: tuple[Any, ...] = ()
 
     def _ensure(self) -> tuple[Any, ...]:
+        if not _api():
+            return ()
         provider = metrics.get_meter_provider()
         if provider is not self._provider:
             self._provider = provider
