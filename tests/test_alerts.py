@@ -20,7 +20,7 @@ from exporter._internal.config import loader as config_loader, settings as confi
 from exporter._internal.demo.incidents import INCIDENTS
 from exporter._internal.diagnose import watch
 from exporter._internal.diagnose.causes import CAUSES
-from exporter._internal.generate import alerts
+from exporter._internal.generate import alerts, loss_alerts
 from exporter._internal.generate.files import (ALERTING_FILE, CAUSE_FILE, NATIVE_DIR,
                                                RECORDING_FILE, RULE_FILES, generate,
                                                generate_defaults)
@@ -113,6 +113,41 @@ def test_promtool_unit_tests_pass() -> None:
     for run in runs:
         output, _ = run.communicate(timeout=600)
         assert run.returncode == 0, output
+
+
+def test_every_loss_alert_fires_on_one_event_for_its_window(tmp_path: Path) -> None:
+    """Each alert on the exporter's own losses, fed one event on a counter that appears at zero
+    (as the exposition serves every new series), fires at the first evaluation that sees it
+    and for the loss window after, then resolves: no `for` outlasting a rate's window."""
+    require_prometheus()
+    rules = loss_alerts.loss_alerts(config.Config(), alerts._alert)
+    assert {r["alert"] for r in rules} >= {
+        "TTFTExporterDroppingSamples", "TTFTExporterPushRejected", "TTFTExporterPushBatchesLost",
+        "TTFTExporterSnapshotFailing", "TTFTExporterLabelFolding", "TTFTExporterTenantFolding"}
+    window = round(loss_alerts.LOSS_WINDOW / 60)  # evaluations, one a minute
+    tests = []
+    for rule in rules:
+        metric, = re.findall(r"increase\((\w+)", rule["expr"])
+        by, = re.findall(r"^sum by \(([^)]*)\)", rule["expr"])
+        labels = ", ".join(f'{name}="{"ttft-exporter" if name == "job" else "x"}"'
+                           for name in by.split(", "))
+        firing = f'count(ALERTS{{alertname="{rule["alert"]}", alertstate="firing"}})'
+        tests.append({
+            "interval": "1m",
+            "input_series": [{"series": f"{metric}{{{labels}}}",
+                              "values": f"_ _ 0 1+0x{window + 20}"}],  # the event at 3m
+            "promql_expr_test": [
+                {"expr": firing, "eval_time": f"{minute}m",
+                 "exp_samples": [{"labels": "{}", "value": 1}] if fires else []}
+                for minute, fires in ((2, False), (3, True), (window + 2, True),
+                                      (window + 3, False))]})
+    test_file = tmp_path / "one_event.yaml"
+    test_file.write_text(yaml.safe_dump({
+        "rule_files": [str(ROOT / "alerts" / ALERTING_FILE)], "evaluation_interval": "1m",
+        "tests": tests}), encoding="utf-8")
+    run = subprocess.run(["promtool", "test", "rules", str(test_file)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:

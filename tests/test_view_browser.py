@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -27,16 +31,17 @@ from exporter._internal.config import loader as config_loader
 from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.diagnose.causes import DEFAULT
-from exporter._internal.generate.files import RULE_FILES, generate
+from exporter._internal.generate.files import RECORDING_FILE, RULE_FILES, generate
 from exporter._internal.view.backend import Findings
 from exporter._internal.view.boards import load_boards
 from exporter._internal.view.pages import Settings
 from exporter._internal.view.server import ViewServer, create_app
 from tests.support import require_module, skip_or_fail
 from tests.support.incident_day import CALM, CONFIG, WINDOW, compressed_demo
-from tests.support.prometheus import require_prometheus
+from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
 
 CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).parent.parent
 SCREENSHOTS = Path(__file__).parent.parent / "docs" / "screenshots"
 #: The neighbour plays long enough for every page to be read while it does (the module ends
 #: it when done).
@@ -112,18 +117,23 @@ def read_page(browser: Any, url: str, screenshot: Path | None = None) -> dict[st
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    answers: list[Any] = []  # the page's queries, and Prometheus' answers to them
+    page.on("response", lambda r: answers.append(r) if "/api/v1/" in r.url else None)
     try:
         page.goto(url)
-        page.wait_for_function("Number(document.body.dataset.rendered || 0) >= 1",
-                               timeout=120_000)
+        # (a selector, not a function: the page's policy forbids the eval a function needs)
+        page.wait_for_selector("body[data-rendered]", state="attached", timeout=120_000)
         panels = page.eval_on_selector_all(".panel", """els => els.map(e => ({
             title: e.dataset.title, type: e.dataset.type, state: e.dataset.state,
             text: e.querySelector('.body').innerText,
             drawn: e.querySelectorAll('canvas').length}))""")
-        status = {"alerts": page.inner_text("#alerts"), "findings": page.inner_text("#findings")}
+        status = {"alerts": page.inner_text("#alerts"), "findings": page.inner_text("#findings"),
+                  "board": page.eval_on_selector_all(
+                      "#board > .error", "els => els.map(e => e.textContent)")}
         if screenshot is not None:
             page.screenshot(path=str(screenshot), full_page=True)
-        return {"panels": panels, "status": status, "errors": errors}
+        return {"panels": panels, "status": status, "errors": errors,
+                "asked": [(r.url, r.status, r.text()) for r in answers]}
     finally:
         page.close()
 
@@ -190,3 +200,146 @@ def test_every_panel_of_every_dashboard_draws_during_an_incident(incident: Incid
         assert len(read["panels"]) >= 5, uid
         problems += panel_problems(uid, read["panels"])
     assert problems == []
+
+
+# --- model names that are regular expressions' and PromQL strings' special characters ---------
+
+#: Each model name the page must select exactly, beside the decoy a mis-escaped matcher would
+#: select too (a `"` that ends the string rewrites the matchers: it would select everything).
+HARD_MODELS = {
+    "gpt-4.1": "gpt-411",  # `.`: any character
+    'evil"} or llm_client_requests_total{model=~".*': "evil",  # `"`: the end of the string
+    "back\\slash": "back slash",  # `\s`: whitespace
+    "a|b.*": "bcd",  # `|`: either side; `.*`: anything
+}
+PLAIN_MODEL = "llama-3-8b"
+#: `model=~"..."` in a query the page sent, the PromQL string as written.
+MODEL_MATCHER = re.compile(r'model=~"((?:[^"\\\n]|\\.)*)"')
+#: A process of the exporter recording a streamed call of each model named in its arguments
+#: every 0.2 s, its /metrics port on its first line; it ends when its stdin closes.
+LOAD = """
+import os, sys, threading, time
+import exporter
+server = exporter.start_http_server(port=0, addr="127.0.0.1")
+print(server.port, flush=True)
+threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+while True:
+    for model in sys.argv[1:]:
+        with exporter.track(model=model, provider="demo", route="chat", tenant="acme") as call:
+            call.sent()
+            call.headers()
+            time.sleep(0.002)
+            call.token()
+            call.token()
+            call.usage(input=100, output=2, cached=50)
+    time.sleep(0.2)
+"""
+
+
+@dataclass
+class NamedModels:
+    view: ViewServer
+    prom: Any
+    exporter_url: str  # the load's /metrics server: not Prometheus
+
+
+@pytest.fixture(scope="module")
+def named_models() -> Iterator[NamedModels]:
+    """The exporter recording every model of HARD_MODELS, their decoys and PLAIN_MODEL, scraped
+    every second by a real Prometheus evaluating the committed recording rules; the committed
+    dashboards' page drawn from it."""
+    require_prometheus()
+    require_module("playwright.sync_api")
+    if shutil.which(CHROMIUM) is None:
+        skip_or_fail(f"{CHROMIUM} missing: install Debian's chromium (make chromium)")
+    models = [PLAIN_MODEL, *HARD_MODELS, *HARD_MODELS.values()]
+    load = subprocess.Popen([sys.executable, "-c", LOAD, *models], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert load.stdout is not None
+        target = f"127.0.0.1:{int(load.stdout.readline())}"
+        with PrometheusServer(scrape_config(target), rule_files=[
+                ROOT / "alerts" / RECORDING_FILE]) as prom:
+            prom.wait_for(f"count(count by (model) (llm_client_requests_total)) == {len(models)}",
+                          timeout=60)
+            prom.wait_for("min(count_over_time(llm_client_requests_total[1m])) >= 20",
+                          timeout=60)
+            settings = Settings(scrape_seconds=1.0, time_from="now-2m", refresh_seconds=3600.0)
+            view = ViewServer(create_app(load_boards(ROOT / "dashboards"), prom.url,
+                                         settings)).start()
+            try:
+                yield NamedModels(view, prom, f"http://{target}")
+            finally:
+                view.stop()
+    finally:
+        if load.stdin is not None:
+            load.stdin.close()
+        load.wait(timeout=30)
+
+
+def drawn(read: dict[str, Any]) -> set[str]:
+    return {p["title"] for p in read["panels"] if p["state"] in ("chart", "stat")}
+
+
+def overview_of(named: NamedModels, model: str) -> str:
+    return f"{named.view.base_url}/d/ttft-overview?var-model={urllib.parse.quote(model, safe='')}"
+
+
+def test_any_model_name_selects_exactly_its_own_series(named_models: NamedModels,
+                                                       browser: Any) -> None:
+    """The overview with each hard model name selected draws what it draws for a plain name,
+    and every `model` matcher its queries sent selects that model's series and no other (asked
+    of Prometheus), and every series Prometheus answered with is that model's."""
+    plain = read_page(browser, overview_of(named_models, PLAIN_MODEL))
+    assert plain["errors"] == [] and plain["status"]["board"] == []
+    assert len(drawn(plain)) >= 10, plain["panels"]
+    for model in [PLAIN_MODEL, *HARD_MODELS]:
+        read = read_page(browser, overview_of(named_models, model))
+        if drawn(read) != drawn(plain):  # a scrape late on a loaded machine: read it again
+            read = read_page(browser, overview_of(named_models, model))
+        assert read["status"]["board"] == [], (model, read["status"]["board"])
+        assert read["errors"] == [], (model, read["errors"])
+        assert drawn(read) == drawn(plain), (model, drawn(plain) ^ drawn(read))
+        sent = set()
+        for url, status, body in read["asked"]:
+            assert status == 200, (model, url, body)
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+            for promql in [*query.get("query", []), *query.get("match[]", [])]:
+                sent |= set(MODEL_MATCHER.findall(promql))
+            data = json.loads(body)["data"]  # a list of label values, or a query's result
+            for series in data.get("result", []) if isinstance(data, dict) else []:
+                assert series["metric"].get("model", model) == model, (model, url, series)
+        assert sent, model
+        for literal in sent:
+            selected = named_models.prom.query(
+                f'group by (model) (llm_client_requests_total{{model=~"{literal}"}})')
+            assert {s["metric"]["model"] for s in selected} == {model}, (model, literal)
+
+
+def test_a_bad_answer_is_a_clear_error_where_it_was_meant_to_go(named_models: NamedModels,
+                                                                browser: Any) -> None:
+    """An answer over the view's limit: the panels that asked say so (the small answers, the
+    variables' values and a stat or two, pass); a --prometheus URL that is no Prometheus (the
+    exporter's): the dashboard and the alerts box say what answered."""
+    settings = Settings(scrape_seconds=1.0, time_from="now-2m", refresh_seconds=3600.0)
+    boards = load_boards(ROOT / "dashboards")
+    views = [ViewServer(create_app(boards, url, settings, **extra)).start() for url, extra in (
+        (named_models.prom.url, {"max_reply_bytes": 1024}), (named_models.exporter_url, {}))]
+    try:
+        small, wrong = (read_page(browser, f"{v.base_url}/d/ttft-overview") for v in views)
+        refused = [p for p in small["panels"] if p["state"] == "error"]
+        assert len(refused) >= 5, small["panels"]
+        assert all("too_large: Prometheus' answer to /api/v1/query" in p["text"] and
+                   "over the view's limit of 1,024 bytes" in p["text"] for p in refused), refused
+        assert all(p["state"] in ("chart", "stat", "nodata") for p in small["panels"]
+                   if p not in refused)
+        assert small["status"]["board"] == []
+        board, = wrong["status"]["board"]
+        assert board.startswith("cannot draw the dashboard: bad_reply: "
+                                f"{named_models.exporter_url}/api/v1/label/job/values answered "
+                                "HTTP 404"), board
+        assert "not Prometheus' JSON" in board
+        assert wrong["status"]["alerts"].startswith("alerts: bad_reply: "), wrong["status"]
+    finally:
+        for view in views:
+            view.stop()

@@ -261,7 +261,8 @@ LIKELY_CAUSE = "llm_ttft_likely_cause"
 WATCH_EVALUATIONS = "ttft_exporter_watch_evaluations_total"  # {outcome}: ok, error
 WATCH_SECONDS = "ttft_exporter_watch_evaluation_seconds"
 WATCH_LAST_SUCCESS = "ttft_exporter_watch_last_success_timestamp_seconds"
-SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow, shed
+#: {reason}: limit, slow, shed, unread, large (expose/connection_guard.py)
+SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).
 DROP_SERIES_LIMIT = "series_limit"

@@ -400,11 +400,10 @@ def _task_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
 
 
 def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
+    """The exporter's target gone, then its own losses (loss_alerts.py)."""
     al = config.alerting
-    scope = scope_matchers(al)
-    up = selector("up", scope)
-    per = "{{ $labels.model }} / {{ $labels.route }}"
-    rules = [
+    up = selector("up", scope_matchers(al))
+    return [
         _alert(
             "TTFTExporterDown", TICKET, f"{up} == 0", w(300),
             "ttft-exporter target down: {{ $labels.instance }}",
@@ -415,27 +414,8 @@ def _exporter_alerts(config: Config, w: _Windows) -> list[dict[str, Any]]:
             "ttft-exporter not scraped: no target matches " + up,
             f"Prometheus has no scrape target matching {up} (alerting.exporter_job and "
             f"alerting.selector): TTFT dashboards and alerts are blind.", config),
-        _alert(
-            "TTFTExporterDroppingSamples", TICKET,
-            f"sum by (job, instance, {names.REASON}) "
-            f"(rate({selector(names.SELF_DROPS, scope)}[{w(600)}])) > 0",
-            w(600), "ttft-exporter drops samples ({{ $labels.reason }}): {{ $labels.instance }}",
-            f"{{{{ $labels.instance }}}} drops {_VALUE_2F} samples per second for reason "
-            f"{{{{ $labels.reason }}}}: the metrics undercount.", config),
         *loss_alerts(config, _alert),
     ]
-    # With an allowlist, folding every other tenant is the configured behaviour, not a problem.
-    if config.labels.tenant_policy != "allowlist":
-        rules.append(_alert(
-            "TTFTExporterTenantFolding", TICKET,
-            f"sum by (job, instance, {by(MODEL_ROUTE)}) "
-            f"(rate({selector(names.SELF_TENANT_FOLDS, scope)}[{w(900)}])) > 0", w(900),
-            f"Tenants folded into {names.OTHER_TENANT}: {per}",
-            f"{_VALUE_2F} calls per second of {per} are recorded under tenant "
-            f"{names.OTHER_TENANT} on {{{{ $labels.instance }}}}: the model and route have more "
-            f"than labels.max_tenants ({config.labels.max_tenants}) tenants, so per-tenant "
-            f"panels and the tenant alerts no longer see all of them.", config))
-    return rules
 
 
 def alert_groups(config: Config) -> list[dict[str, Any]]:

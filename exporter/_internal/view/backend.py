@@ -4,6 +4,9 @@ current `diagnose` findings.
 The page never talks to Prometheus itself: one origin (no CORS setup on Prometheus), and the
 view server is the only place that knows its URL. Only the read endpoints a dashboard needs
 pass; a query error keeps Prometheus' status and JSON body, so the page shows it on its panel.
+An answer is read piece by piece up to `max_reply_bytes` and refused past it, and an answer
+that is not JSON is refused too: either becomes an error in Prometheus' own form, which the page
+shows where the answer was meant to go.
 """
 
 from __future__ import annotations
@@ -24,11 +27,28 @@ from ..diagnose.run import DiagnoseError, Prometheus, Request, diagnose
 PASSED = re.compile(r"(query|query_range|series|alerts|label/[A-Za-z_][A-Za-z0-9_]*/values)")
 
 
-class PrometheusProxy:
-    """GET /api/v1/<path>?... forwarded to Prometheus, its answer returned as it came."""
+#: The largest answer passed to the page: a panel asks for one point per pixel column at most
+#: (a few hundred kilobytes, a heatmap's buckets included); an answer past this would stall the
+#: browser drawing it.
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+#: How much of a non-JSON answer its error quotes.
+EXCERPT = 200
 
-    def __init__(self, prometheus_url: str, timeout: float = 30.0):
+
+def _error(status: int, kind: str, message: str) -> web.Response:
+    """An error in the form of Prometheus' own, which the page shows on the panel that asked."""
+    return web.json_response({"status": "error", "errorType": kind, "error": message},
+                             status=status)
+
+
+class PrometheusProxy:
+    """GET /api/v1/<path>?... forwarded to Prometheus, its answer returned as it came, up to
+    `max_reply_bytes`."""
+
+    def __init__(self, prometheus_url: str, timeout: float = 30.0,
+                 max_reply_bytes: int = MAX_REPLY_BYTES):
         self.url = prometheus_url.rstrip("/")
+        self.max_reply_bytes = max_reply_bytes
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -43,17 +63,38 @@ class PrometheusProxy:
             raise web.HTTPNotFound(text=f"/api/v1/{path} is not passed to Prometheus")
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
+        url = f"{self.url}/api/v1/{path}"
         try:
-            async with self._session.get(f"{self.url}/api/v1/{path}",
-                                         params=request.query) as answer:
-                body = await answer.read()
+            async with self._session.get(url, params=request.query) as answer:
+                if answer.content_type != "application/json":
+                    excerpt = (await answer.content.read(EXCERPT)).decode("utf-8", "replace")
+                    return _error(502, "bad_reply",
+                                  f"{url} answered HTTP {answer.status} {answer.content_type}, "
+                                  f"not Prometheus' JSON (is {self.url} Prometheus' base URL?): "
+                                  f"{excerpt!r}")
+                body = await self._bounded(answer)
+                if body is None:
+                    return _error(502, "too_large",
+                                  f"Prometheus' answer to /api/v1/{path} is over the view's "
+                                  f"limit of {self.max_reply_bytes:,} bytes: narrow the time "
+                                  f"range or the variables")
                 return web.Response(status=answer.status, body=body,
                                     content_type=answer.content_type)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            return web.json_response(
-                {"status": "error", "errorType": "unavailable",
-                 "error": f"cannot reach Prometheus at {self.url}: {type(e).__name__} {e}"},
-                status=502)
+            return _error(502, "unavailable",
+                          f"cannot reach Prometheus at {self.url}: {type(e).__name__} {e}")
+
+    async def _bounded(self, answer: aiohttp.ClientResponse) -> bytes | None:
+        """The answer's body, read a piece at a time; None as soon as it passes the limit (by
+        its declared length, or by what arrived: a compressed answer is counted unpacked)."""
+        if (answer.content_length or 0) > self.max_reply_bytes:
+            return None
+        body = bytearray()
+        async for piece in answer.content.iter_chunked(64 * 1024):
+            body += piece
+            if len(body) > self.max_reply_bytes:
+                return None
+        return bytes(body)
 
 
 @dataclass

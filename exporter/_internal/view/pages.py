@@ -42,7 +42,8 @@ def _page(title: str, boards: Mapping[str, Board], settings: Settings, body: str
 <div id="findings" class="box">diagnose: loading</div></section>
 {body}
 <script type="application/json" id="settings">{_script_json(json.dumps(asdict(settings)))}</script>
-<script src="/static/uPlot.iife.min.js"></script><script src="/static/units.js"></script>
+<script src="/static/uPlot.iife.min.js"></script><script src="/static/promql.js"></script>
+<script src="/static/units.js"></script>
 <script src="/static/panels.js"></script><script src="/static/view.js"></script>
 </body></html>
 """

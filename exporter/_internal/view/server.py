@@ -3,15 +3,15 @@ API passed through and the findings, served on loopback by its own thread."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from aiohttp import web
 
 from ..expose import http_thread
 from ..expose.http_thread import HttpThread
-from . import pages
-from .backend import Findings, PrometheusProxy
+from . import pages, security
+from .backend import MAX_REPLY_BYTES, Findings, PrometheusProxy
 from .boards import Board, BoardsError
 
 STATIC = Path(__file__).parent / "static"
@@ -20,13 +20,16 @@ UPLOT = ("uPlot.iife.min.js", "uPlot.min.css")
 
 
 def create_app(boards: Mapping[str, Board], prometheus_url: str,
-               settings: pages.Settings = pages.Settings(), findings: Findings | None = None
+               settings: pages.Settings = pages.Settings(), findings: Findings | None = None,
+               *, allowed_hosts: Iterable[str] = (), max_reply_bytes: int = MAX_REPLY_BYTES
                ) -> web.Application:
-    """The page of every board in `boards`, drawn from the Prometheus at `prometheus_url`."""
+    """The page of every board in `boards`, drawn from the Prometheus at `prometheus_url`;
+    answered to a Host naming the server's address, `localhost` or one of `allowed_hosts`
+    (security.py), Prometheus' answers passed up to `max_reply_bytes`."""
     missing = [name for name in UPLOT if not (STATIC / name).is_file()]
     if missing:
         raise BoardsError(f"{', '.join(missing)} missing from {STATIC}: run `make assets`")
-    proxy = PrometheusProxy(prometheus_url)
+    proxy = PrometheusProxy(prometheus_url, max_reply_bytes=max_reply_bytes)
     findings = findings or Findings(prometheus_url)
 
     async def landing(request: web.Request) -> web.Response:
@@ -43,7 +46,8 @@ def create_app(boards: Mapping[str, Board], prometheus_url: str,
     async def close(app: web.Application) -> None:
         await proxy.close()
 
-    app = web.Application()
+    app = web.Application(middlewares=[security.host_allowlist(allowed_hosts)])
+    app.on_response_prepare.append(security.add_headers)
     app.router.add_get("/", landing)
     app.router.add_get("/d/{uid}", dashboard)
     app.router.add_get("/d/{uid}/{slug}", dashboard)  # Grafana's /d/<uid>/<slug> too

@@ -67,7 +67,8 @@ window.TtftPanels = (function () {
     const keys = [...new Set(series.flatMap((s) => Object.keys(s.labels)))].filter((k) => k !== "__name__").sort();
     const grid = document.createElement("table");
     grid.className = "data";
-    grid.insertRow().innerHTML = keys.concat(["Value"]).map((k) => `<th>${k}</th>`).join("");
+    const head = grid.insertRow();
+    for (const k of keys.concat(["Value"])) head.appendChild(document.createElement("th")).textContent = k;
     for (const s of series) {
       const row = grid.insertRow();
       for (const k of keys) row.insertCell().textContent = s.labels[k] || "";
@@ -94,13 +95,15 @@ window.TtftPanels = (function () {
     const names = { lastNotNull: "Last *", max: "Max", min: "Min", mean: "Mean" };
     const box = document.createElement("table");
     box.className = "legend";
-    box.insertRow().innerHTML = `<th></th>${wanted.map((c) => `<th>${names[c]}</th>`).join("")}`;
+    const head = box.insertRow();
+    for (const c of ["", ...wanted]) head.appendChild(document.createElement("th")).textContent = c && names[c];
     series.forEach((s, i) => {
       const present = columns[i].filter((v) => v != null);
       const value = { lastNotNull: present[present.length - 1], max: Math.max(...present),
         min: Math.min(...present), mean: present.reduce((a, b) => a + b, 0) / present.length };
       const row = box.insertRow();
-      row.insertCell().innerHTML = `<i style="background:${PALETTE[i % PALETTE.length]}"></i>`;
+      const swatch = row.insertCell().appendChild(document.createElement("i"));
+      swatch.style.background = PALETTE[i % PALETTE.length]; // a property: the policy forbids style attributes
       row.cells[0].append(s.name);
       for (const c of wanted) row.insertCell().textContent = present.length ? format(value[c], unit, decimals) : "–";
     });

@@ -41,30 +41,34 @@
 
   const variables = {}; // name -> {def, values, selected (null: All)}
 
-  function regexEscape(text) { return text.replace(/[\\^$*+?.()|[\]{}]/g, "\\$&"); }
-
-  function variableText(v) {
-    if (v.selected === null) {
-      if (v.def.allValue) return v.def.allValue;
-      return v.values.length ? `(${v.values.map(regexEscape).join("|")})` : ".*";
-    }
-    const picked = v.selected.map(regexEscape);
-    return picked.length === 1 ? picked[0] : `(${picked.join("|")})`;
-  }
-
   function interpolate(text, extra) {
     return text.replace(/\$\{(\w+)\}|\$(\w+)/g, (whole, braced, bare) => {
       const name = braced || bare;
       if (extra && name in extra) return extra[name];
-      if (name in variables) return variableText(variables[name]);
+      if (name in variables) {
+        const v = variables[name];
+        return window.TtftPromql.variableText(v.def, v.values, v.selected); // promql.js
+      }
       return whole;
     });
   }
 
+  async function answer(url) { // the JSON a view server's URL answers; a clear error otherwise
+    const response = await fetch(url);
+    const text = await response.text();
+    try {
+      return JSON.parse(text);
+    } catch (error) {
+      throw new Error(`${url.split("?")[0]} answered HTTP ${response.status}, not JSON: ${text.slice(0, 200)}`);
+    }
+  }
+
   async function api(path, query) {
-    const response = await fetch(`/api/v1/${path}?${new URLSearchParams(query)}`);
-    const body = await response.json();
-    if (body.status !== "success") throw new Error(`${body.errorType}: ${body.error}`);
+    const body = await answer(`/api/v1/${path}?${new URLSearchParams(query)}`);
+    if (!body || body.status !== "success") {
+      throw new Error(body && body.errorType ? `${body.errorType}: ${body.error}` : `/api/v1/${path}: no status in the answer`);
+    }
+    if (body.data === undefined || body.data === null) throw new Error(`/api/v1/${path}: no data in the answer`);
     return body.data;
   }
 
@@ -122,6 +126,7 @@
         ? await api("query", { query, time: range.end })
         : await api("query_range", { query, start: range.start, end: range.end, step: scope.step });
       const rows = data.resultType === "scalar" ? [{ metric: {}, value: data.result }] : data.result;
+      if (!Array.isArray(rows)) throw new Error(`query ${t.refId}: a ${data.resultType} answer, not series`);
       rows.forEach((row, i) => out.push({
         ref: t.refId, order: i, labels: row.metric, name: legend(t.legendFormat, row.metric),
         points: (row.values || [row.value]).map(([at, value]) => [Number(at), number(value)]),
@@ -224,24 +229,35 @@
 
   async function drawFindings() {
     const box = document.getElementById("findings");
-    const response = await fetch("/api/findings");
-    const answer = await response.json();
-    box.textContent = "";
-    box.dataset.findings = String(answer.findings.length);
-    const span = `last ${answer.since}s vs the ${answer.baseline}s before`;
-    if (answer.error) {
-      box.appendChild(text("h2", "diagnose"));
-      box.appendChild(text("div", answer.error, "muted"));
+    let found;
+    try {
+      found = await answer("/api/findings");
+      if (!Array.isArray(found.findings)) throw new Error("/api/findings: no findings in the answer");
+    } catch (error) {
+      box.textContent = `diagnose: ${error.message || error}`;
       return;
     }
-    box.appendChild(text("h2", answer.findings.length
-      ? `diagnose: ${answer.findings.length} degraded (${span})` : `diagnose: TTFT not degraded anywhere (${span})`));
+    drawFound(box, found);
+  }
+
+  function drawFound(box, found) {
+    box.textContent = "";
+    box.dataset.findings = String(found.findings.length);
+    const span = `last ${found.since}s vs the ${found.baseline}s before`;
+    if (found.error) {
+      box.appendChild(text("h2", "diagnose"));
+      box.appendChild(text("div", found.error, "muted"));
+      return;
+    }
+    box.appendChild(text("h2", found.findings.length
+      ? `diagnose: ${found.findings.length} degraded (${span})` : `diagnose: TTFT not degraded anywhere (${span})`));
     const list = document.createElement("ul");
-    for (const f of answer.findings) {
+    for (const f of found.findings) {
       const item = document.createElement("li");
       const link = text("a", f.cause);
       link.href = f.runbook;
       link.target = "_blank";
+      link.rel = "noopener";
       item.append(text("b", `${f.model} / ${f.route}: `), link,
         ` (${f.tenants && f.tenants.length ? f.tenants.join(", ") : "all tenants"})`);
       list.appendChild(item);
