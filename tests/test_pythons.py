@@ -39,8 +39,9 @@ NEWER_THAN_3_10 = {
     "asyncio.eager_task_factory", "typing.ReadOnly", "typing.TypeIs", "warnings.deprecated",
     "copy.replace", "asyncio.Queue.shutdown",
 }
-#: Methods added after 3.10 on builtin types, found by name on any object.
-NEWER_METHODS = {"add_note"}
+#: Methods added after 3.10 (exceptions' notes, a task's cancellation count), found by name on
+#: any object.
+NEWER_METHODS = {"add_note", "uncancel", "cancelling"}
 
 
 def newer_uses(tree: ast.AST) -> list[tuple[int, str]]:
