@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto image-requirements clean engine engine-tools engine-smoke
+.PHONY: demo test calm-test pythons bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto image-requirements clean engine engine-tools engine-smoke
 
 # setup.py builds the optional C parts (exporter/_internal/*/_hot*.c) where gcc is found.
 $(STAMP): pyproject.toml setup.py $(wildcard exporter/_internal/*/_hot*.c)
@@ -56,6 +56,13 @@ test: $(STAMP) assets prometheus chromium
 
 calm-test: $(STAMP) assets prometheus
 	$(PY) -m pytest -q tests/test_calm_demo.py
+
+# Every Python the package claims (requires-python), from the machine's pyenv: a fresh venv under
+# build/pythons/ each, `pip install '.[sdks]'` as a user installs it (the C parts compiled for
+# that Python), then tests/pythons/smoke.py (the aggregator and a push worker, the in-process
+# exporter through the C and the Python paths, both SDKs) and the C-vs-Python tests.
+pythons:
+	$(PYTHON) tests/pythons/run.py
 
 # docs/screenshots/*.png: each dashboard's page during the compressed day's noisy neighbour,
 # taken by the browser test.

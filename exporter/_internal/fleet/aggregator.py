@@ -44,6 +44,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .. import names
+from ..compat import timeout
 from ..config.settings import Config, ConfigError
 from ..expose import connection_guard
 from ..record.recorder import Recorder
@@ -299,7 +300,7 @@ class Aggregator:
                 return web.json_response(answer, status=status)
             chunks, size = [], 0
             try:
-                async with asyncio.timeout(self.config.server.body_timeout_seconds):
+                async with timeout(self.config.server.body_timeout_seconds):
                     async for chunk in request.content.iter_chunked(1 << 16):
                         size += len(chunk)
                         if size > limit:
