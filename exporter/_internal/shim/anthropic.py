@@ -15,6 +15,11 @@ Usage: Anthropic's `input_tokens` excludes the prompt-cache reads and writes. To
 cached tokens), input = `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`
 and cached = `cache_read_input_tokens`. Streamed usage is spread over `message_start` (input,
 cache) and `message_delta` (cumulative output; newer servers repeat the input counts there).
+
+Upstream: a Message carries no fingerprint of its serving configuration (no field like
+OpenAI's `system_fingerprint`), and the headers Anthropic documents on every response
+(`request-id`, `anthropic-organization-id`) name the request and the account, not the upstream:
+an Anthropic call's upstream is its address and region, its fingerprint `unknown`.
 """
 
 from __future__ import annotations
@@ -108,10 +113,10 @@ SDK_SPEC = SDK("anthropic", ENDPOINTS, provider)
 
 def targets() -> list[tuple[type, str, Any]]:
     """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
-    from anthropic import _base_client, _streaming
+    from anthropic import _base_client, _response, _streaming
     from anthropic.resources.messages import messages
 
-    out = client_hooks(_base_client, _streaming, SDK_SPEC) + [
+    out = client_hooks(_base_client, _streaming, _response, SDK_SPEC) + [
         (messages.Messages, "create", lambda f: start_hook(f, is_async=False)),
         (messages.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)),
     ]

@@ -16,6 +16,9 @@ it is one of the `*.delta` events in `RESPONSES_KINDS` with a non-empty delta; e
 
 Usage: input = `prompt_tokens` / `input_tokens` (OpenAI counts include cached tokens), cached =
 `prompt_tokens_details.cached_tokens` / `input_tokens_details.cached_tokens`.
+
+Upstream: a chat completion (and each chunk) names its serving configuration in
+`system_fingerprint`; a Response has no such field (its fingerprint stays unknown).
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def chat_usage(obj: Any, call: SdkCall) -> None:
                                                               None))
         else:
             call.usage(model=getattr(obj, "model", None))
+        call.upstream(fingerprint=getattr(obj, "system_fingerprint", None))
         if call._attributes:  # only the span and the GenAI metrics read the id
             call.response(id=getattr(obj, "id", None))
         if not call.streaming:
@@ -171,11 +175,11 @@ SDK_SPEC = SDK("openai", ENDPOINTS, provider)
 
 def targets() -> list[tuple[type, str, Any]]:
     """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
-    from openai import _base_client, _streaming
+    from openai import _base_client, _response, _streaming
     from openai.resources.chat.completions import completions
     from openai.resources.responses import responses
 
-    out = client_hooks(_base_client, _streaming, SDK_SPEC)
+    out = client_hooks(_base_client, _streaming, _response, SDK_SPEC)
     for sync_cls, async_cls in ((completions.Completions, completions.AsyncCompletions),
                                 (responses.Responses, responses.AsyncResponses)):
         for method in ("create", "parse"):
