@@ -67,6 +67,8 @@ class Call:
     plan: Plan
     #: When the provider started on the request (time.monotonic()): its processing clock.
     received: float = 0.0
+    #: The chat completion's `system_fingerprint` (null where None).
+    fingerprint: str | None = FINGERPRINT
 
 
 class WireFormat:
@@ -201,7 +203,8 @@ class ChatCompletions(WireFormat):
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         chunk: dict[str, Any] = {
             "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-            "created": self.created, "model": self.call.model, "system_fingerprint": FINGERPRINT,
+            "created": self.created, "model": self.call.model,
+            "system_fingerprint": self.call.fingerprint,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
         if self.call.include_usage:
@@ -227,7 +230,8 @@ class ChatCompletions(WireFormat):
         if self.call.include_usage:
             out += _data({
                 "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-                "created": self.created, "model": self.call.model, "system_fingerprint": FINGERPRINT,
+                "created": self.created, "model": self.call.model,
+                "system_fingerprint": self.call.fingerprint,
                 "choices": [], "usage": self._usage(),
             })
         return out + b"data: [DONE]\n\n"
@@ -259,7 +263,7 @@ class ChatCompletions(WireFormat):
             }]
         return {
             "id": f"chatcmpl-{self.id}", "object": "chat.completion", "created": self.created,
-            "model": self.call.model, "system_fingerprint": FINGERPRINT,
+            "model": self.call.model, "system_fingerprint": self.call.fingerprint,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": self._finish_reason()}],
             "usage": self._usage(),
