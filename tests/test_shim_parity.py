@@ -192,8 +192,7 @@ def _arguments(api: str, key: str, include_usage: bool) -> dict[str, Any]:
 
 def _every_path(api: str, replay: Replay, key: str, include_usage: bool) -> dict:
     """(path, streamed) -> what it recorded."""
-    base_url = replay.base_url if api == "anthropic" else replay.base_url
-    return {(path, stream): run_path(api, path, stream, base_url,
+    return {(path, stream): run_path(api, path, stream, replay.base_url,
                                      _arguments(api, key, include_usage))
             for path, (_, _, streamed_only) in PATHS.items()
             for stream in (True, False) if stream or not streamed_only}
