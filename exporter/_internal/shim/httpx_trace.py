@@ -61,9 +61,9 @@ EVENTS = {f"{logger}.{step}": code
           for logger in ("connection", "http11", "http2", "proxy", "socks")
           for step, code in _STEPS.items()}
 
-#: `Tracer(call, timeline, EVENTS, note_headers, note_connected)`: the C trace extension of a sync SDK call
-#: (setup.py builds it where a compiler is found), or None. Its stamps are CLOCK_MONOTONIC
-#: readings: used only where `perf_counter_ns()` reads that clock too.
+#: `Tracer(call, timeline, EVENTS, note_headers, note_connected)`: the C trace extension of a
+#: sync SDK call (setup.py builds it where a compiler is found), or None. Its stamps are
+#: CLOCK_MONOTONIC readings: used only where `perf_counter_ns()` reads that clock too.
 Tracer: Any
 try:
     from ._hottrace import Tracer
