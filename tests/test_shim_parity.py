@@ -2,7 +2,8 @@
 
 Hypothesis draws answers of each wire format (OpenAI Chat Completions, OpenAI Responses,
 Anthropic Messages: reasoning, answer or tool-call tokens, usage with cached tokens, a cut at
-the output limit, any model name and system fingerprint, a region header or none), rendered
+the output limit, any model name and system fingerprint, a region header or none; a chat
+completion with llama.cpp's `timings`, vLLM's `metrics` or neither), rendered
 by the demo provider's wire formats both streamed and not. A loopback server answers with
 them, and the real SDKs ask for each through every path of tests/test_shim_paths.py (the
 method, `with_raw_response`, `with_streaming_response`, the stream helpers; sync and async):
@@ -46,8 +47,9 @@ from pydantic import BaseModel
 
 from exporter._internal import names
 from exporter._internal.demo.latency import Plan
-from exporter._internal.demo.wire_formats import (Call, ChatCompletions, Messages, Responses,
-                                                  token_events)
+from exporter._internal.demo.answers import token_events
+from exporter._internal.demo.engines import ENGINES, LLAMA_CPP
+from exporter._internal.demo.wire_formats import Call, ChatCompletions, Messages, Responses
 from exporter._internal.expose import http_thread
 from exporter._internal.record import recorder, timeline
 from exporter._internal.shim import (anthropic as shim_anthropic, hooks, manual,
@@ -104,6 +106,9 @@ class Answer:
 
     def __init__(self, api: str, call: Call, headers: dict[str, str]):
         self.headers = headers
+        self.include_usage = call.include_usage
+        #: Whether the stream carries the token counts: the usage, or llama.cpp's in its stead.
+        self.counted = call.include_usage or call.engine == LLAMA_CPP
         events = token_events(call.plan)
         streamed = WIRES[api](replace(call, stream=True))
         self.stream = streamed.opening() + b"".join(
@@ -119,8 +124,8 @@ regions = st.from_regex(r"[a-z][a-z0-9-]{0,11}", fullmatch=True)
 
 
 @st.composite
-def answers(draw: Any, api: str) -> tuple[Answer, bool]:
-    """An answer of `api`, and whether a streamed one reports its usage."""
+def answers(draw: Any, api: str) -> Answer:
+    """An answer of `api` (a chat completion with an engine's own timings or none)."""
     input_tokens = draw(st.integers(0, 2_000_000))
     reasoning, answer = draw(st.integers(0, 3)), draw(st.integers(0, 5))
     plan = Plan(server_wait=0.0, prefill=0.0, input_tokens=input_tokens,
@@ -128,13 +133,15 @@ def answers(draw: Any, api: str) -> tuple[Answer, bool]:
                 answer_tokens=answer, gaps=(0.0,) * max(0, reasoning + answer - 1),
                 tool_call=draw(st.booleans()), truncated=draw(st.booleans()))
     include_usage = api != "chat" or draw(st.booleans())
+    engine = draw(st.sampled_from((None, *ENGINES))) if api == "chat" else None
     call = Call(model=draw(labels), stream=False, include_usage=include_usage,
-                tool_name="lookup", plan=plan, fingerprint=draw(st.none() | labels))
+                tool_name="lookup", plan=plan, fingerprint=draw(st.none() | labels),
+                engine=engine)
     headers = {"content-type": "application/json"}
     for header in names.REGION_HEADERS:
         if draw(st.booleans()):
             headers[header] = draw(regions)
-    return Answer(api, call, headers), include_usage
+    return Answer(api, call, headers)
 
 
 # --- the server that answers with them ---------------------------------------------------------
@@ -212,15 +219,14 @@ def test_every_shortcut_records_what_the_slow_path_records(api, replay, instrume
 
     @settings(max_examples=20, deadline=None, derandomize=True)
     @given(answers(api))
-    def check(drawn_answer: tuple[Answer, bool]) -> None:
-        answer, include_usage = drawn_answer
+    def check(answer: Answer) -> None:
         key = str(next(drawn))
         replay.answers[key] = answer
         with pytest.MonkeyPatch.context() as mp:
             for turn_off in SHORTCUTS.values():
                 turn_off(mp)
-            slow = _every_path(api, replay, key, include_usage)
-        fast = _every_path(api, replay, key, include_usage)
+            slow = _every_path(api, replay, key, answer.include_usage)
+        fast = _every_path(api, replay, key, answer.include_usage)
         del replay.answers[key]
         reference = {stream: slow[(path, stream)] for stream, path in REFERENCE.items()}
         for taken, runs in (("every shortcut", fast), ("no shortcut", slow)):
@@ -228,7 +234,7 @@ def test_every_shortcut_records_what_the_slow_path_records(api, replay, instrume
                 assert recorded == reference[stream], (taken, path, stream, recorded,
                                                        reference[stream])
         assert names.UPSTREAM_REQUESTS in reference[False]
-        if include_usage:
+        if answer.counted:
             assert _counters_and_tokens(reference[True]) == \
                 _counters_and_tokens(reference[False])
 

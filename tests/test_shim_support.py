@@ -102,14 +102,19 @@ def recorded(instrumented) -> Recorded:
     return Recorded()
 
 
+#: Time families whose values the server reported (the same on every run of one answer).
+SERVER_REPORTED = {names.SERVER_QUEUE.name, names.SERVER_PREFILL.name}
+
+
 def what_was_recorded(recorder) -> dict:
     """Everything a recorder holds, as a comparable value: per histogram family, each series'
     labels with its count of values, and the sum of its values where the family is not a
-    time (times differ from one run of a call to the next; token counts and labels do not);
-    every counter row with its count. Two paths recording the same call must agree on it."""
+    time the client measured (those differ from one run of a call to the next; token counts,
+    the server's own times and labels do not); every counter row with its count. Two paths
+    recording the same call must agree on it."""
     out: dict = {}
     for name, state in recorder.families.items():
-        timed = state.family.unit == "seconds"
+        timed = state.family.unit == "seconds" and name not in SERVER_REPORTED
         series = {s.values: (h.count, None if timed else h.total)
                   for s, h in recorder.folded_copies(state)}
         if series:
