@@ -24,14 +24,16 @@ The shortcuts (SHORTCUTS: adding one is one line, the switch that turns it off):
 * `sdk_call._http_response`'s read of a pydantic result's `__dict__` rather than `getattr`;
 * the C trace extension of sync calls (`httpx_trace.Tracer`, _hottrace.c) rather than
   `SdkCall.__call__`;
-* the SDK's label cache (`hooks.SDK.labels_of`) rather than naming the provider each call;
+* the SDK's label cache (`hooks.SDK.labels_of`) and the provider names known by client class
+  and host (`providers.client_provider`'s cache) rather than naming the provider each call;
 * the C `derive` (_hotrecord.c) rather than `timeline.derive_in_python`;
 * the C per-value appends of `Recorder.record_call` (_hotrecord.c) rather than its Python
   loop.
 
-The recorder's label caches (`Recorder._kept`, `_kept_calls`, `_call_series`) are held to the
-guard by tests/test_record_call.py, and the C `derive` to its Python twin value by value by
-tests/test_timeline.py.
+The recorder's label caches (`Recorder._kept`, `_kept_calls`, `_call_series`) and its inline
+common cases (of `observe`, `add_row`) are held to the guard and `Store.observe` by
+tests/test_record_call.py; the C `derive` to its Python twin value by value, and
+`new_timeline` to the dataclass, by tests/test_timeline.py.
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ def _as_json(read: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
     return read_json
 
 
+class _Forgetful(dict):
+    """A cache that keeps nothing."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
 def _on_every_endpoint(mp: pytest.MonkeyPatch, attribute: str,
                        slow: Callable[[Any], Any]) -> None:
     for endpoint in ENDPOINTS:
@@ -90,6 +99,8 @@ SHORTCUTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "pydantic __dict__": lambda mp: mp.setattr(sdk_call, "_BaseModel", None),
     "C trace extension": lambda mp: mp.setattr(sdk_call, "_Tracer", None),
     "label cache": lambda mp: mp.setattr(hooks, "_MAX_LABELS", 0),
+    "provider names": lambda mp: [mp.setattr(sdk, "_providers", _Forgetful())
+                                  for sdk in (shim_openai, shim_anthropic)],
     "C derive": lambda mp: mp.setattr(manual, "derive", timeline.derive_in_python),
     "C appends": lambda mp: mp.setattr(recorder, "append_in_c", None),
 }
