@@ -193,6 +193,20 @@ PHASE_FAMILY = Family(
     "llm_client_phase_seconds", "seconds",
     "Time spent in each phase of the call (queue, connect, send, server, prefill, reasoning, "
     "decode).", False, extra_label=PHASE)
+SERVER_QUEUE = Family(
+    "llm_client_server_queue_seconds", "seconds",
+    "Per call whose server reported it (vLLM's per-request metrics): the time the request "
+    "waited in the server's queue before it was scheduled.", False, per_call="server_queue")
+SERVER_PREFILL = Family(
+    "llm_client_server_prefill_seconds", "seconds",
+    "Per call whose server reported it: the server's own time to its first token, from "
+    "scheduling the request (vLLM) or from starting on the prompt (llama.cpp).", False,
+    per_call="server_prefill")
+OUTSIDE_SERVER = Family(
+    "llm_client_time_to_first_token_outside_server_seconds", "seconds",
+    "Per streamed call whose server reported its prefill: time to first token - (server "
+    "queue + server prefill): the client's queue, the network, gateways and the server's "
+    "HTTP layer.", False, per_call="outside_server")
 INPUT_TOKENS = Family(
     "llm_client_input_tokens", "tokens", "Input tokens per call, from the provider's usage.", False,
     per_call="input_tokens")
@@ -228,7 +242,7 @@ TASK_CRITICAL_PATH = Family(
 
 HISTOGRAMS: tuple[Family, ...] = (
     TTFT, FIRST_ANSWER, ITL, TPOT, STALL, DURATION, PHASE_FAMILY,
-    INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, REQUESTED_MAX_TOKENS, MAX_TOKENS_HEADROOM,
+    SERVER_QUEUE, SERVER_PREFILL, OUTSIDE_SERVER, INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, REQUESTED_MAX_TOKENS, MAX_TOKENS_HEADROOM,
     TASK_DURATION, TASK_STEPS, TASK_TIME, TASK_CRITICAL_PATH,
 )
 HISTOGRAMS_BY_NAME: dict[str, Family] = {f.name: f for f in HISTOGRAMS}

@@ -15,6 +15,11 @@ Usage: Anthropic's `input_tokens` excludes the prompt-cache reads and writes. To
 cached tokens), input = `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`
 and cached = `cache_read_input_tokens`. Streamed usage is spread over `message_start` (input,
 cache) and `message_delta` (cumulative output; newer servers repeat the input counts there).
+
+Upstream: a Message carries no fingerprint of its serving configuration (no field like
+OpenAI's `system_fingerprint`), and the headers Anthropic documents on every response
+(`request-id`, `anthropic-organization-id`) name the request and the account, not the upstream:
+an Anthropic call's upstream is its address and region, its fingerprint `unknown`.
 """
 
 from __future__ import annotations
@@ -112,7 +117,8 @@ def targets() -> dict[str, Callable[[Any], list[tuple[type, str, Any]]]]:
     make_replacement(original)). instrument() patches a module when the app imports it."""
     return {
         "anthropic._base_client": lambda base_client: client_hooks(
-            base_client, importlib.import_module("anthropic._streaming"), SDK_SPEC),
+            base_client, importlib.import_module("anthropic._streaming"),
+            importlib.import_module("anthropic._response"), SDK_SPEC),
         "anthropic.resources.messages.messages": _create_hooks,
         "anthropic.resources.beta.messages.messages": _create_hooks,
     }
