@@ -253,7 +253,7 @@ def sleep_for_retry_hook(original: Callable, is_async: bool) -> Callable:
         return _sleep_for_retry
 
     @functools.wraps(original)
-    def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+    def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = _CURRENT.get()
         if call is None:
             return original(self, *args, **kwargs)
