@@ -435,18 +435,21 @@ PUSH_APPLIED = "applied"
 PUSH_DUPLICATE = "duplicate"
 PUSH_RESULTS: tuple[str, ...] = (PUSH_APPLIED, PUSH_DUPLICATE)
 
-# --- OpenTelemetry GenAI names (docs/tracing.md: which version of the conventions) ------------
+# --- OpenTelemetry GenAI names (docs/tracing.md: which text of the conventions) --------------
 OTEL_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 OTEL_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
 OTEL_OPERATION_DURATION = "gen_ai.client.operation.duration"
-#: Token counters (they replace the `gen_ai.client.token.usage` histogram) ...
-OTEL_USAGE_INPUT_TOKENS = "gen_ai.client.inference.usage.input_tokens"
-OTEL_USAGE_OUTPUT_TOKENS = "gen_ai.client.inference.usage.output_tokens"
-OTEL_USAGE_CACHE_READ_TOKENS = "gen_ai.client.inference.usage.cache_read.input_tokens"
-OTEL_USAGE_REASONING_TOKENS = "gen_ai.client.inference.usage.reasoning.output_tokens"
-#: ... and the per-operation token histograms.
-OTEL_OPERATION_INPUT_TOKENS = "gen_ai.client.inference.operation.input_tokens"
-OTEL_OPERATION_OUTPUT_TOKENS = "gen_ai.client.inference.operation.output_tokens"
+#: Input and output tokens per operation, told apart by `gen_ai.token.type`.
+OTEL_TOKEN_USAGE = "gen_ai.client.token.usage"
+#: The token metrics this project emitted before (a proposal of the conventions that was not
+#: merged): served beside the current ones only on opt-in (OTEL_SEMCONV_STABILITY_OPT_IN
+#: `gen_ai/dup`, shim/otel.py). Counters, then the per-operation histograms.
+LEGACY_USAGE_INPUT_TOKENS = "gen_ai.client.inference.usage.input_tokens"
+LEGACY_USAGE_OUTPUT_TOKENS = "gen_ai.client.inference.usage.output_tokens"
+LEGACY_USAGE_CACHE_READ_TOKENS = "gen_ai.client.inference.usage.cache_read.input_tokens"
+LEGACY_USAGE_REASONING_TOKENS = "gen_ai.client.inference.usage.reasoning.output_tokens"
+LEGACY_OPERATION_INPUT_TOKENS = "gen_ai.client.inference.operation.input_tokens"
+LEGACY_OPERATION_OUTPUT_TOKENS = "gen_ai.client.inference.operation.output_tokens"
 
 # Span and metric attributes: the GenAI semantic conventions, then this project's own.
 ATTR_OPERATION = "gen_ai.operation.name"
@@ -460,8 +463,15 @@ ATTR_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 ATTR_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 ATTR_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ATTR_CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+ATTR_CACHE_WRITE_TOKENS = "gen_ai.usage.cache_write.input_tokens"
 ATTR_REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
-ATTR_TOKEN_MODALITY = "gen_ai.token.modality"
+ATTR_TOKEN_TYPE = "gen_ai.token.type"  # of OTEL_TOKEN_USAGE: TOKEN_INPUT or TOKEN_OUTPUT
+TOKEN_INPUT = "input"
+TOKEN_OUTPUT = "output"
+#: Earlier names, set beside the current ones only on opt-in (`gen_ai/dup`): the cache write's
+#: name before the conventions renamed it, the modality of the legacy token counters.
+LEGACY_ATTR_CACHE_CREATION_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+LEGACY_ATTR_TOKEN_MODALITY = "gen_ai.token.modality"
 ATTR_SERVER_ADDRESS = "server.address"
 ATTR_SERVER_PORT = "server.port"
 ATTR_ERROR_TYPE = "error.type"
