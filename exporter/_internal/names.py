@@ -42,10 +42,7 @@ LABEL_FOLDS: tuple[str, ...] = (MODEL, ROUTE, PROVIDER, TASK, FOLD_SERIES, FOLD_
 UNKNOWN = "unknown"
 
 # --- phases (docs/metrics.md), in call order --------------------------------------------------
-#: `retry` (call start -> its final attempt's start: the failed attempts and the SDK's backoff)
-#: is recorded only for calls that retried; `queue` then starts at the final attempt's start.
-PHASES: tuple[str, ...] = ("retry", "queue", "connect", "send", "server", "prefill",
-                           "reasoning", "decode")
+PHASES = ("retry", "queue", "connect", "send", "server", "prefill", "reasoning", "decode")
 
 # --- outcomes ------------------------------------------------------------------------------------
 OK = "ok"
@@ -69,16 +66,11 @@ OUTCOMES: tuple[str, ...] = (OK, CLIENT_ERROR, RATE_LIMITED, PROVIDER_ERROR, TIM
 #: error objective and its pages count these; the caller's own (client_error, rate_limited,
 #: cancelled, abandoned) never spend the provider's budget.
 PROVIDER_FAILURES: tuple[str, ...] = (PROVIDER_ERROR, TIMEOUT, CONNECTION_ERROR, ERROR)
-
-# --- retries: what ended an attempt the SDK retried (`reason` of RETRIES) ---------------------
-RETRY_RATE_LIMITED = "rate_limited"  # 429
-RETRY_OVERLOADED = "overloaded"  # 503, and Anthropic's 529
-RETRY_SERVER_ERROR = "server_error"  # any other 5xx
-RETRY_TIMEOUT = "timeout"  # the HTTP client's timeout, or a 408
-RETRY_CONNECTION = "connection"  # the connection could not be made or broke
-RETRY_OTHER = "other"  # anything else the client retried on (409, `x-should-retry: true`)
-RETRY_REASONS: tuple[str, ...] = (RETRY_RATE_LIMITED, RETRY_OVERLOADED, RETRY_SERVER_ERROR,
-                                  RETRY_TIMEOUT, RETRY_CONNECTION, RETRY_OTHER)
+#: `reason` of RETRIES: what ended an attempt the client retried (docs/metrics.md, retry_reason).
+RETRY_REASONS: tuple[str, ...] = ("rate_limited", "overloaded", "server_error", "timeout",
+                                  "connection", "other")
+RETRY_RATE_LIMITED, RETRY_OVERLOADED, RETRY_SERVER_ERROR, RETRY_TIMEOUT, RETRY_CONNECTION, \
+    RETRY_OTHER = RETRY_REASONS
 
 # --- token kinds ---------------------------------------------------------------------------------
 CONTENT = "content"
@@ -337,9 +329,7 @@ class Counter:
     #: The push payload's key for the counters of the wire format's first release (version 1);
     #: "" for those added since, which travel in its `counters` object.
     wire: str = ""
-    #: (label, its values) of a label closed on this counter alone, whose name other families
-    #: use with other values (`reason`).
-    own_values: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    own_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (label, values) closed here alone
 
     @property
     def closed(self) -> tuple[tuple[int, tuple[str, ...]], ...]:
@@ -347,8 +337,7 @@ class Counter:
         if self.zero_rows:
             return ((0, self.zero_rows),)
         allowed = {**CLOSED_LABELS, **dict(self.own_values)}
-        return tuple((i, allowed[label]) for i, label in enumerate(self.labels)
-                     if label in allowed)
+        return tuple((i, allowed[name]) for i, name in enumerate(self.labels) if name in allowed)
 
     def overflow(self, row: tuple[str, ...]) -> tuple[str, ...]:
         """The row `row` folds into past labels.max_series: closed labels keep their value."""
@@ -475,9 +464,7 @@ LEGACY_ATTR_TOKEN_MODALITY = "gen_ai.token.modality"
 ATTR_SERVER_ADDRESS = "server.address"
 ATTR_SERVER_PORT = "server.port"
 ATTR_ERROR_TYPE = "error.type"
-#: How many times the call's request was sent again (OpenTelemetry's HTTP conventions; the
-#: GenAI ones have no retry attribute): set on a call that retried.
-ATTR_RESEND_COUNT = "http.request.resend_count"
+ATTR_RESEND_COUNT = "http.request.resend_count"  # retries (OTel HTTP's; GenAI has none)
 ATTR_ROUTE = "ttft_exporter.route"
 ATTR_TENANT = "ttft_exporter.tenant"
 ATTR_OUTCOME = "ttft_exporter.outcome"
