@@ -310,8 +310,9 @@ class Aggregator:
                         chunks.append(chunk)
             except TimeoutError:  # a client trickling its body: its connection goes
                 connection_guard.CLOSED["slow"] += 1
-                response = web.json_response({"error": "timeout", "detail": "body too slow"},
-                                             status=408)
+                # definite like the other refusals: a body never read whole was not applied
+                response = web.json_response({"error": "timeout", "detail": "body too slow",
+                                              "applied": False}, status=408)
                 response.force_close()
                 return response
             # validation and merging run on the aggregator's own thread: the event loop keeps
