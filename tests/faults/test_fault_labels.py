@@ -249,3 +249,41 @@ def test_an_aggregators_snapshot_does_not_hold_the_caps_for_good(tmp_path):
     agg.close()
     kept = StateFiles(str(tmp_path / "state")).read_snapshot()
     assert "forged-0" not in str(kept) and "gold" in str(kept)
+
+
+def test_the_aggregators_in_flight_keys_free_their_slots_with_the_label_expiry():
+    """Workers' in-flight keys fill `labels.max_series` (4) and the workers stop: once their
+    labels have been unseen for `labels.expire_seconds` the keys free their slots, and a new
+    worker's calls in flight get their own row, not the overflow one. A key a live worker
+    still has keeps its slot."""
+    from tests.support.clock import ManualClock
+
+    clock = ManualClock()
+    config = load({"labels": {"max_series": 4, "expire_seconds": 60},
+                   "aggregator": {"gauge_ttl_seconds": 10}})
+    agg = Aggregator(config, Recorder(config, clock=clock), clock=lambda: clock.now_ns / 1e9)
+    seqs = {}
+
+    def in_flight(worker: str, *models: str) -> int:
+        """`worker` pushes a call in flight on each model: the status of its push."""
+        rec = Recorder(config)
+        for model in models:
+            rec.started(model, "p", "/chat")
+        delta = take(rec)
+        seqs[worker] = seqs.get(worker, 0) + 1
+        delta.worker, delta.seq, delta.interval = worker, seqs[worker], 5.0
+        return agg.accept(wire.encode(delta, rec.schema.layouts()))[0]
+
+    assert in_flight("old", "m0", "m1", "m2") == 200
+    assert in_flight("live", "m3") == 200
+    rows = agg.recorder.counts().rows[names.REQUESTS_IN_FLIGHT]
+    assert rows == {("m0", "p", "/chat"): 1, ("m1", "p", "/chat"): 1, ("m2", "p", "/chat"): 1,
+                    ("m3", "p", "/chat"): 1}
+    for _ in range(6):  # 90 s: "old" stopped pushing, "live" pushes every 15 s
+        clock.advance(15)
+        assert in_flight("live", "m3") == 200
+        agg.expire()
+    assert in_flight("new", "m4") == 200
+    rows = agg.recorder.counts().rows[names.REQUESTS_IN_FLIGHT]
+    assert rows == {("m3", "p", "/chat"): 1, ("m4", "p", "/chat"): 1}, rows
+    assert len(agg.gauges.keys) == 2
