@@ -138,3 +138,30 @@ def test_the_largest_valid_push_is_far_under_the_budget():
     agg = Aggregator(config, Recorder(config))
     assert agg.accept(body)[0] == 200
     assert agg.recorder.counts().series >= config.labels.max_series * 3 // 4
+
+
+def test_a_worker_whose_counters_are_full_pushes_them_whole():
+    """A worker's counter tables hold `labels.max_series` rows and, past them, their overflow
+    rows (`__other__` per outcome): its push is accepted (it was refused 413, and the worker
+    dropped the batch, counted lost), and every call is counted; one row more is refused."""
+    from tests.test_push import call
+
+    config = load({"labels": {"max_series": 50, "max_tenants": 1000}})
+    worker = Recorder(config)
+    outcomes = (names.OK, names.ERROR, names.TIMEOUT)
+    for i in range(200):
+        call(worker, 1000, tenant=f"t{i}", outcome=outcomes[i % 3])
+    delta = take(worker)
+    delta.worker, delta.seq, delta.interval = "w", 1, 5.0
+    assert len(delta.rows[names.REQUESTS_TOTAL]) == 50 + 3
+    agg = Aggregator(config)
+    status, answer = agg.accept(wire.encode(delta, worker.schema.layouts()))
+    assert status == 200, answer
+    assert sum(agg.recorder.counts().rows[names.REQUESTS_TOTAL].values()) == 200
+    # one row past what a worker can hold (50 and one overflow row per outcome): refused
+    doc = wire.payload(delta, worker.schema.layouts())
+    doc["seq"] = 2
+    doc["requests"] += [["m", names.OK, "p", "r", f"x{i}", 1]
+                        for i in range(50 + len(names.OUTCOMES) + 1 - len(doc["requests"]))]
+    status, answer = agg.accept(zlib.compress(json.dumps(doc).encode()))
+    assert (status, answer["error"]) == (413, names.REJECT_TOO_LARGE), answer

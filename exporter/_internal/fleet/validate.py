@@ -217,19 +217,28 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
 
 
 def _bounded(doc: dict[str, Any], limit: int) -> None:
-    """Refuse, before any work, a push with more series or rows than a family may hold."""
+    """Refuse, before any work, a push with more series or rows than a family may hold: a
+    counter holds `limit` rows and, past them, its overflow rows (names.Counter.overflow)."""
     histograms = doc.get("histograms")
     series = sum(len(flat) // 4 for flat in histograms.values() if flat.__class__ is list) \
         if histograms.__class__ is dict else 0
     counters = doc.get("counters")
-    rows = [(name, _size(value)) for name, value in counters.items()] \
-        if counters.__class__ is dict else []
-    for what, n in (("series", series), ("label sets", _size(doc.get("labels"))),
-                    *((c.wire, _size(doc.get(c.wire))) for c in names.COUNTERS if c.wire),
-                    *rows):
-        if n > limit:
+    later = counters if counters.__class__ is dict else {}
+    for what, n, most in (
+            ("series", series, limit), ("label sets", _size(doc.get("labels")), limit),
+            *((c.wire, _size(doc.get(c.wire)), limit + _overflow_rows(c))
+              for c in names.COUNTERS if c.wire),
+            *((name, _size(value), limit + _overflow_rows(names.COUNTERS_BY_NAME[name]))
+              for name, value in later.items() if name in names.COUNTERS_BY_NAME)):
+        if n > most:
             raise PushError(names.REJECT_TOO_LARGE, f"{n} {what} in one push: more than "
-                                                    f"labels.max_series ({limit})")
+                                                    f"labels.max_series ({limit}) allows")
+
+
+def _overflow_rows(counter: names.Counter) -> int:
+    """The overflow rows a counter can hold past `labels.max_series`: one per combination of
+    its closed labels' values."""
+    return math.prod(len(values) for _, values in counter.closed)
 
 
 def _size(value: Any) -> int:
