@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.push_memory import dense_push
 from exporter._internal import names
 from exporter._internal.config.loader import load
 from exporter._internal.config.settings import Config
@@ -165,3 +166,26 @@ def test_a_worker_whose_counters_are_full_pushes_them_whole():
                         for i in range(50 + len(names.OUTCOMES) + 1 - len(doc["requests"]))]
     status, answer = agg.accept(zlib.compress(json.dumps(doc).encode()))
     assert (status, answer["error"]) == (413, names.REJECT_TOO_LARGE), answer
+
+
+def test_a_push_of_dense_histograms_costs_a_real_serve_under_its_parse_budget(tmp_path):
+    """A valid push of histograms with every bucket populated, up to a 4 MiB inflate limit
+    (64 KB compressed, 3.4 MiB inflated, 2.5 million buckets): `ttft-exporter serve` takes it
+    within 16 x `max_decompressed_bytes` of peak RSS (+41 MiB measured; the decoded buckets
+    as Python ints took +119 MiB, and at the default 16 MiB limit +552 MiB)."""
+    limits = {"aggregator": {"max_decompressed_bytes": 4 * MiB}}
+    body = dense_push(load(limits))
+    assert 3 * MiB < len(zlib.decompress(body)) <= 4 * MiB and len(body) < 200_000
+    config = tmp_path / "serve.yaml"
+    config.write_text(json.dumps(limits))
+    serve = Serve(config)
+    try:
+        assert post(serve.base, zlib.compress(b"[]", 9))[0] == 400  # warmed up
+        before = peak_rss_kib(serve.proc.pid)
+        status, answer = post(serve.base, body)
+        added = (peak_rss_kib(serve.proc.pid) - before) / 1024
+        print(f"a dense push of {len(body) / 1000:.0f} KB: serve's peak RSS +{added:.0f} MiB")
+        assert status == 200, answer
+        assert added < validate.PARSE_BUDGET_PER_BYTE * 4, f"+{added:.0f} MiB"
+    finally:
+        serve.stop()
