@@ -281,3 +281,22 @@ def test_the_readmes_config_example_is_valid_and_shows_the_defaults():
              != value]
     assert not wrong
 
+
+
+#: A test a doc names: `file.py::test_name`, or `::test_name` after one (the same file).
+NAMED_TEST = re.compile(r"(?<![\w./-])((?:tests/)?(?:[\w/]+/)?test_\w+\.py)?::(test_\w+)")
+
+
+def test_every_test_the_reliability_doc_names_exists():
+    """docs/reliability.md cites the test that holds each row: `tests/x.py::test_y`, or a
+    bare `test_fault_x.py` (tests/faults/) and `::test_y` after it; each must be defined."""
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    missing, file = [], None
+    for named_file, test in NAMED_TEST.findall(text):
+        if named_file:
+            file = ROOT / named_file if "/" in named_file else ROOT / "tests" / "faults" / named_file
+        if file is None or not file.exists() or \
+                not re.search(rf"^(?:async )?def {test}\(", file.read_text(), re.M):
+            missing.append(f"{file.relative_to(ROOT) if file else '?'}::{test}")
+    assert len(NAMED_TEST.findall(text)) > 50
+    assert not missing, missing
