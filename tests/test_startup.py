@@ -278,20 +278,23 @@ def test_runtime_keeps_the_values_it_reads_without_importing_their_owners():
 # --- the stages import downward ------------------------------------------------------------
 
 #: Which stages each stage's modules may import when they load (function bodies and
-#: TYPE_CHECKING blocks aside: those run when used). names, config and promql are below all;
-#: the caller's side (shim, and runtime as it loads) reaches record and nothing later.
+#: TYPE_CHECKING blocks aside: those run when used). compat (the standard library's
+#: version differences), names, config and promql are below all; the caller's side (shim, and
+#: runtime as it loads) reaches record and nothing later.
 MAY_IMPORT = {
-    "names": set(),
-    "config": {"names"},
-    "promql": {"names", "config"},
-    "record": {"names", "config"},
-    "runtime": {"names", "config", "record"},
-    "shim": {"names", "config", "record", "runtime"},
-    "expose": {"names", "config", "promql", "record"},
-    "fleet": {"names", "config", "promql", "record", "expose"},
-    "generate": {"names", "config", "promql", "record", "expose", "fleet"},
-    "diagnose": {"names", "config", "promql", "record", "expose", "fleet", "generate"},
-    "view": {"names", "config", "promql", "record", "expose", "fleet", "generate", "diagnose"},
+    "compat": set(),
+    "names": {"compat"},
+    "config": {"compat", "names"},
+    "promql": {"compat", "names", "config"},
+    "record": {"compat", "names", "config"},
+    "runtime": {"compat", "names", "config", "record"},
+    "shim": {"compat", "names", "config", "record", "runtime"},
+    "expose": {"compat", "names", "config", "promql", "record"},
+    "fleet": {"compat", "names", "config", "promql", "record", "expose"},
+    "generate": {"compat", "names", "config", "promql", "record", "expose", "fleet"},
+    "diagnose": {"compat", "names", "config", "promql", "record", "expose", "fleet", "generate"},
+    "view": {"compat", "names", "config", "promql", "record", "expose", "fleet", "generate",
+             "diagnose"},
 }
 #: Imports against the direction, each with its reason.
 KNOWN_UPWARD = {

@@ -1,11 +1,16 @@
 """OpenTelemetry: one span per call with phase events, and the GenAI client metrics.
 
 Names, attributes and recording rules follow the OpenTelemetry GenAI semantic conventions
-(docs/tracing.md says which version). The span starts when the call starts (so its context can
-travel in the request's `traceparent` and its trace id can become the exemplar of the call's
-buckets) and is finished from the call timeline: the GenAI attributes, this project's route,
-tenant, outcome and phase attributes, and one event per phase boundary at its real time
-(monotonic stamps mapped onto the wall clock at the call's start). No per-chunk span events.
+(docs/tracing.md names the text and its commit). The names this project emitted before are
+kept beside them only when the app opts in, as OpenTelemetry's instrumentations do: the
+comma-separated `OTEL_SEMCONV_STABILITY_OPT_IN` listing `gen_ai/dup` (after `http/dup`, the
+old and the new names together), read once when the API loads.
+
+The span starts when the call starts (so its context can travel in the request's
+`traceparent` and its trace id can become the exemplar of the call's buckets) and is finished
+from the call timeline: the GenAI attributes, this project's route, tenant, outcome and phase
+attributes, and one event per phase boundary at its real time (monotonic stamps mapped onto
+the wall clock at the call's start). No per-chunk span events.
 Time to first chunk exists only for streamed calls; time per output chunk is recorded once per
 chunk after the first.
 
@@ -38,8 +43,18 @@ _NO_METER_PROVIDER_NAMES = frozenset({"NoOpMeterProvider", "_ProxyMeterProvider"
 SECONDS_BOUNDARIES = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
                       40.96, 81.92)
 TOKEN_BOUNDARIES = tuple(4 ** k for k in range(14))  # 1, 4, 16, ..., 67108864
-#: `gen_ai.token.modality` of the token metrics: the providers' usage has no breakdown.
+#: `gen_ai.token.modality` of the legacy token counters: the providers' usage has no breakdown.
 MODALITY_UNKNOWN = "unknown"
+#: OpenTelemetry's opt-in variable, and the value that keeps the earlier names as well
+#: (`gen_ai_latest_experimental`, the instrumentations' opt-in to the current text, is the
+#: default here and changes nothing).
+OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
+OPT_IN_DUP = "gen_ai/dup"
+
+
+def legacy_names_opted_in(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the app asked for the earlier GenAI names beside the current ones."""
+    return OPT_IN_DUP in (value.strip() for value in environ.get(OPT_IN_ENV, "").split(","))
 
 _tracers: dict[int, tuple[Any, Any]] = {}
 
@@ -82,6 +97,8 @@ _API_GET_TRACER_PROVIDER: Any
 _API_NAMES = frozenset({"context", "metrics", "trace", "inject", "SpanKind", "Status",
                         "StatusCode", "_NO_SPAN_PROVIDERS", "_API_GET_TRACER_PROVIDER"})
 _loaded = False
+#: The earlier names too (`legacy_names_opted_in()`), decided by `_load()`.
+_dup = False
 
 
 def _api() -> bool:
@@ -101,13 +118,14 @@ def _api() -> bool:
 
 def _load() -> None:
     global context, metrics, trace, inject, SpanKind, Status, StatusCode, _loaded
-    global _NO_SPAN_PROVIDERS, _API_GET_TRACER_PROVIDER
+    global _NO_SPAN_PROVIDERS, _API_GET_TRACER_PROVIDER, _dup
     from opentelemetry import context, metrics, trace
     from opentelemetry.propagate import inject
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     _NO_SPAN_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     _API_GET_TRACER_PROVIDER = trace.get_tracer_provider
+    _dup = legacy_names_opted_in()
     _loaded = True
 
 
@@ -199,6 +217,8 @@ class CallSpan:
                            (names.ATTR_REASONING_TOKENS, t.reasoning_output_tokens)):
             if value is not None:
                 attrs[key] = value
+        if _dup and names.ATTR_CACHE_WRITE_TOKENS in attrs:
+            attrs[names.LEGACY_ATTR_CACHE_CREATION_TOKENS] = attrs[names.ATTR_CACHE_WRITE_TOKENS]
         for key, value in ((names.ATTR_TIME_TO_FIRST_CHUNK,
                             d.ttft if streamed(t, attrs) else None),
                            (names.ATTR_TIME_TO_FIRST_ANSWER, d.first_answer),
@@ -266,6 +286,7 @@ class GenAIMetrics:
     def __init__(self) -> None:
         self._provider: Any = None
         self._instruments: tuple[Any, ...] = ()
+        self._legacy: tuple[Any, ...] = ()
 
     def _ensure(self) -> tuple[Any, ...]:
         if not _api():
@@ -273,9 +294,8 @@ class GenAIMetrics:
         provider = metrics.get_meter_provider()
         if provider is not self._provider:
             self._provider = provider
-            if type(provider).__name__ in _NO_METER_PROVIDER_NAMES:
-                self._instruments = ()
-            else:
+            self._instruments = self._legacy = ()
+            if type(provider).__name__ not in _NO_METER_PROVIDER_NAMES:
                 meter = provider.get_meter(_SCOPE)
 
                 def seconds(name: str) -> Any:
@@ -291,23 +311,26 @@ class GenAIMetrics:
                     seconds(names.OTEL_OPERATION_DURATION),
                     seconds(names.OTEL_TIME_TO_FIRST_CHUNK),
                     seconds(names.OTEL_TIME_PER_OUTPUT_CHUNK),
-                    tokens(names.OTEL_OPERATION_INPUT_TOKENS),
-                    tokens(names.OTEL_OPERATION_OUTPUT_TOKENS),
-                    *(meter.create_counter(name, unit="{token}") for name in (
-                        names.OTEL_USAGE_INPUT_TOKENS, names.OTEL_USAGE_OUTPUT_TOKENS,
-                        names.OTEL_USAGE_CACHE_READ_TOKENS, names.OTEL_USAGE_REASONING_TOKENS)))
+                    tokens(names.OTEL_TOKEN_USAGE))
+                if _dup:
+                    self._legacy = (
+                        tokens(names.LEGACY_OPERATION_INPUT_TOKENS),
+                        tokens(names.LEGACY_OPERATION_OUTPUT_TOKENS),
+                        *(meter.create_counter(name, unit="{token}") for name in (
+                            names.LEGACY_USAGE_INPUT_TOKENS, names.LEGACY_USAGE_OUTPUT_TOKENS,
+                            names.LEGACY_USAGE_CACHE_READ_TOKENS,
+                            names.LEGACY_USAGE_REASONING_TOKENS)))
         return self._instruments
 
     def record(self, t: CallTimeline, d: Derived, provider: str, requested_model: str,
                attributes: Mapping[str, Any], operation: str = "chat") -> None:
-        """One finished call: its duration; for a stream its first chunk and each chunk after
-        it; its tokens per operation and as usage counters (0 when the provider reported none,
-        as the conventions ask, including for failed calls)."""
+        """One finished call: its duration (`error.type` when it failed); for a stream its
+        first chunk and each chunk after it; the input and output tokens the provider
+        reported (none recorded when it reported none, as the conventions ask)."""
         instruments = self._ensure()
         if not instruments:
             return
-        (duration, first_chunk, per_chunk, op_input, op_output, use_input, use_output,
-         use_cached, use_reasoning) = instruments
+        duration, first_chunk, per_chunk, token_usage = instruments
         attrs: dict[str, Any] = {
             names.ATTR_OPERATION: operation, names.ATTR_PROVIDER: provider,
             names.ATTR_REQUEST_MODEL: requested_model, names.ATTR_RESPONSE_MODEL: t.model,
@@ -325,9 +348,21 @@ class GenAIMetrics:
                 first_chunk.record(d.ttft / 1e6, attrs)
             for gap in d.gaps:  # each chunk after the first
                 per_chunk.record(gap / 1e6, attrs)
+        for kind, count in ((names.TOKEN_INPUT, t.input_tokens),
+                            (names.TOKEN_OUTPUT, t.output_tokens)):
+            if count is not None:
+                token_usage.record(count, {**attrs, names.ATTR_TOKEN_TYPE: kind})
+        if self._legacy:
+            self._record_legacy(t, attrs, failed)
+
+    def _record_legacy(self, t: CallTimeline, attrs: dict[str, Any],
+                       failed: dict[str, Any]) -> None:
+        """The earlier token metrics (opt-in), recorded as they were: every call, 0 without
+        usage; the counters with `gen_ai.token.modality` `unknown`."""
+        op_input, op_output, use_input, use_output, use_cached, use_reasoning = self._legacy
         op_input.record(t.input_tokens or 0, failed)
         op_output.record(t.output_tokens or 0, failed)
-        usage = {**attrs, names.ATTR_TOKEN_MODALITY: MODALITY_UNKNOWN}
+        usage = {**attrs, names.LEGACY_ATTR_TOKEN_MODALITY: MODALITY_UNKNOWN}
         use_input.add(t.input_tokens or 0, usage)
         use_output.add(t.output_tokens or 0, usage)
         if t.cached_input_tokens is not None:
