@@ -384,7 +384,8 @@ def test_every_test_the_reliability_doc_names_exists():
     missing, file = [], None
     for named_file, test in NAMED_TEST.findall(text):
         if named_file:
-            file = ROOT / named_file if "/" in named_file else ROOT / "tests" / "faults" / named_file
+            folder = ROOT if "/" in named_file else ROOT / "tests" / "faults"
+            file = folder / named_file
         if file is None or not file.exists() or \
                 not re.search(rf"^(?:async )?def {test}\(", file.read_text(), re.M):
             missing.append(f"{file.relative_to(ROOT) if file else '?'}::{test}")
