@@ -371,3 +371,23 @@ def test_every_panel_a_doc_names_without_an_arrow_exists():
         wrong += [f"{_doc_id(doc)}: {title}" for title in QUOTED_PANEL.findall(text)
                   if not any(t.startswith(title) for t in every)]
     assert not wrong
+
+
+#: A test a doc names: `file.py::test_name`, or `::test_name` after one (the same file).
+NAMED_TEST = re.compile(r"(?<![\w./-])((?:tests/)?(?:[\w/]+/)?test_\w+\.py)?::(test_\w+)")
+
+
+def test_every_test_the_reliability_doc_names_exists():
+    """docs/reliability.md cites the test that holds each row: `tests/x.py::test_y`, or a
+    bare `test_fault_x.py` (tests/faults/) and `::test_y` after it; each must be defined."""
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    missing, file = [], None
+    for named_file, test in NAMED_TEST.findall(text):
+        if named_file:
+            folder = ROOT if "/" in named_file else ROOT / "tests" / "faults"
+            file = folder / named_file
+        if file is None or not file.exists() or \
+                not re.search(rf"^(?:async )?def {test}\(", file.read_text(), re.M):
+            missing.append(f"{file.relative_to(ROOT) if file else '?'}::{test}")
+    assert len(NAMED_TEST.findall(text)) > 50
+    assert not missing, missing

@@ -49,8 +49,9 @@ from ..config.settings import Config, ConfigError
 from ..expose import connection_guard
 from ..record.recorder import Recorder
 from . import validate, wire
-from .absorb import absorb, in_flight_rows, set_in_flight
+from .absorb import absorb
 from .access import Access
+from .gauges import WorkerGauges
 from .journal import GroupSync, StateFiles, unusable
 from .settled import Applied, applied_map
 from .wire import Delta, PushError
@@ -118,11 +119,8 @@ class Aggregator:
         #: worker id -> the seqs applied, least recently pushed first (bounded: max_workers)
         self.applied: dict[str, Applied] = {}
         self.evicted_workers = 0  # entries evicted from `applied` since the state began
-        #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
-        self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
-        self._gauge_totals: dict[tuple[str, ...], int] = {}
-        #: The in-flight keys of all workers (bounded: labels.max_series).
-        self._gauge_keys: set[tuple[str, ...]] = set()
+        #: The live workers' in-flight values (expiring on `clock`), and their sum served
+        self.gauges = WorkerGauges(recorder)
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self.machine_durable = self.files is not None and agg.durability == "machine"
         #: Pushes journalled but not yet applied (waiting for their fsync): a snapshot keeps
@@ -230,43 +228,21 @@ class Aggregator:
             self.evicted_workers += 1
         if window:  # live pushes (not a replay at start) carry the worker's current gauges
             if delta.final:
-                self._set_gauges(worker, None)
+                self.gauges.set(worker, None)
             else:
                 ttl = self.config.aggregator.gauge_ttl_seconds or max(3 * delta.interval,
                                                                       MIN_GAUGE_TTL)
-                rows = delta.rows.get(names.REQUESTS_IN_FLIGHT, {})
-                self._set_gauges(worker, in_flight_rows(self.recorder, rows, self._gauge_keys),
-                                 self.clock() + ttl)
+                self.gauges.set(worker, delta.rows.get(names.REQUESTS_IN_FLIGHT, {}),
+                                self.clock() + ttl)
         self.lost_batches += delta.lost_batches
         self.push_failures += delta.push_failures
         self.batches[names.PUSH_APPLIED] += 1
         return True
 
-    def _set_gauges(self, worker: str, values: dict[tuple[str, ...], int] | None,
-                    expires: float = 0.0) -> None:
-        """A worker's latest gauges (None: gone); the served totals follow incrementally."""
-        old = self.gauges.pop(worker, None)
-        if values is not None:
-            self.gauges[worker] = (expires, values)
-        old_values = old[1] if old is not None else {}
-        if old_values == (values or {}):
-            return
-        totals = self._gauge_totals
-        for key, n in old_values.items():
-            left = totals.get(key, 0) - n
-            if left:
-                totals[key] = left
-            else:
-                totals.pop(key, None)
-        for key, n in (values or {}).items():
-            totals[key] = totals.get(key, 0) + n
-        set_in_flight(self.recorder, totals)
-
     def expire(self) -> None:
-        """Drop the gauges of workers that stopped pushing."""
-        now = self.clock()
-        for worker in [w for w, (expires, _) in self.gauges.items() if expires < now]:
-            self._set_gauges(worker, None)
+        """Drop the gauges of workers that stopped pushing (and the in-flight keys that went
+        with them once their labels expired)."""
+        self.gauges.expire(self.clock())
 
     # --- HTTP: the exporter app's extension (expose/server.py) ----------------------------------
 
@@ -310,8 +286,9 @@ class Aggregator:
                         chunks.append(chunk)
             except TimeoutError:  # a client trickling its body: its connection goes
                 connection_guard.CLOSED["slow"] += 1
-                response = web.json_response({"error": "timeout", "detail": "body too slow"},
-                                             status=408)
+                # definite like the other refusals: a body never read whole was not applied
+                response = web.json_response({"error": "timeout", "detail": "body too slow",
+                                              "applied": False}, status=408)
                 response.force_close()
                 return response
             # validation and merging run on the aggregator's own thread: the event loop keeps
