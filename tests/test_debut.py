@@ -124,10 +124,10 @@ def test_prometheus_counts_every_first_call(debut: bool,
                 prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
             for i, tenant in enumerate(tenants):  # each tenant: a cold first call, then warm
                 record(tenant=tenant, ttft_ms=900)
-                time.sleep(1.1)  # a scrape (or two) sees the series with this call only
+                scraped_after(proms, time.time())  # a scrape sees the series with this call only
                 for _ in range(i % 3 + 1):
                     record(tenant=tenant, ttft_ms=90)
-            time.sleep(3)  # two scrapes past the last call
+            scraped_after(proms, time.time() + 1)  # two scrapes (1 s apart) past the last call
             seen = [counted_by(prom) for prom in proms]
     finally:
         srv.stop()
@@ -140,6 +140,14 @@ def test_prometheus_counts_every_first_call(debut: bool,
         else:  # each tenant's first call, the slow one, is missing (the rest extrapolated)
             assert counted < calls - first / 2 and requests < calls - first / 2
             assert mean < 0.6 * true_mean
+
+
+def scraped_after(proms: list[PrometheusServer], moment: float) -> None:
+    """Until every Prometheus has started a scrape of the exporter after `moment` (unix
+    seconds): its samples are stamped with the scrape's start."""
+    for prom in proms:
+        prom.wait_for(f'timestamp(up{{job="ttft-exporter"}}) > {moment:.3f}', timeout=30,
+                      interval=0.05)
 
 
 def counted_by(prom: PrometheusServer) -> tuple[float, float, float]:
