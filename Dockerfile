@@ -21,9 +21,14 @@ LABEL org.opencontainers.image.title="ttft-exporter" \
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
+# Every dependency at the exact version and hash of requirements-image.txt (written from
+# pyproject.toml's ranges by `make image-requirements`), setuptools, the build backend,
+# included; then the package itself, built with those, nothing else fetched.
+COPY requirements-image.txt ./
+RUN pip install --no-compile --require-hashes --no-deps -r requirements-image.txt
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
-RUN pip install --no-compile . && rm -rf /src
+RUN pip install --no-compile --no-deps --no-build-isolation --no-index . && rm -rf /src
 
 USER 65532:65532
 WORKDIR /
@@ -33,4 +38,8 @@ EXPOSE 9469
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9469/healthz', timeout=4)"]
 ENTRYPOINT ["ttft-exporter"]
+# Beyond loopback `serve` refuses to start without a push token: give it the token your workers
+# send, e.g. `docker run -e TTFT_EXPORTER_PUSH_TOKEN=... -p 9469:9469 ttft-exporter:0.1.0`, or a
+# config naming aggregator.push_token_file (a Compose secret under /run/secrets/), read again
+# when it changes. (aggregator.allow_unauthenticated_push: true opens /push to anyone.)
 CMD ["serve", "--addr", "0.0.0.0"]

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test calm-test bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto clean
+.PHONY: demo test calm-test pythons bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto image-requirements clean engine engine-tools engine-smoke
 
 # setup.py builds the optional C parts (exporter/_internal/*/_hot*.c) where gcc is found.
 $(STAMP): pyproject.toml setup.py $(wildcard exporter/_internal/*/_hot*.c)
@@ -52,10 +52,17 @@ demo: $(STAMP) assets
 # alerts: beside the rest of the suite on a 2-core machine it is starved (and starves the
 # timing tests), so it has its own target.
 test: $(STAMP) assets prometheus chromium
-	$(PY) -m pytest -q --durations=30 --ignore=tests/test_calm_demo.py
+	$(PY) -m pytest -q --durations=30 --ignore=tests/test_calm_demo.py --ignore=tests/engine
 
 calm-test: $(STAMP) assets prometheus
 	$(PY) -m pytest -q tests/test_calm_demo.py
+
+# Every Python the package claims (requires-python), from the machine's pyenv: a fresh venv under
+# build/pythons/ each, `pip install '.[sdks]'` as a user installs it (the C parts compiled for
+# that Python), then tests/pythons/smoke.py (the aggregator and a push worker, the in-process
+# exporter through the C and the Python paths, both SDKs) and the C-vs-Python tests.
+pythons:
+	$(PYTHON) tests/pythons/run.py
 
 # docs/screenshots/*.png: each dashboard's page during the compressed day's noisy neighbour,
 # taken by the browser test.
@@ -96,6 +103,47 @@ proto:
 		--proto_path=$$(/tmp/ttft-protoc/bin/python -c 'import grpc_tools, os; print(os.path.dirname(grpc_tools.__file__))')/_proto \
 		--python_out=/tmp/ttft-protoc-out io/prometheus/client/metrics.proto
 	cp /tmp/ttft-protoc-out/io/prometheus/client/metrics_pb2.py $(PROTO_DIR)/metrics_pb2.py
+
+# A real inference engine (docs/engine.md): llama.cpp's llama-server, built from the pinned
+# llama-cpp-python sdist (PyPI) with Debian's cmake and g++ into
+# ${TTFT_ENGINE_CACHE:-~/.cache/ttft-exporter} (10-16 min on 2 cores the first time, seconds
+# after), and a tiny random-weight model written with `gguf` (the `engine` extra).
+ENGINE_STAMP := $(VENV)/.engine-installed
+$(ENGINE_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,engine]'
+	touch $(ENGINE_STAMP)
+
+engine-tools:
+	@if ! { command -v cmake && command -v g++; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cmake g++ make; \
+	fi
+
+engine: $(ENGINE_STAMP) engine-tools
+	$(PY) -m bench.engine.build
+
+# Calls through the real engine with the real openai SDK, instrumented, scraped from the
+# exporter (tests/engine/; `make test` leaves them out: they need the build above).
+engine-smoke: engine
+	$(PY) -m pytest -q tests/engine
+
+# requirements-image.txt, what the Dockerfile installs with `pip install --require-hashes`: the
+# runtime dependencies of pyproject.toml and setuptools (the wheel's build backend), resolved
+# for the image's Python (3.11, the Dockerfile's base) at exact versions, each with the hashes of
+# every file PyPI has for it (every platform of the base image). pip-tools runs in a scratch
+# venv: it is no dependency of the project. Run it after changing a dependency's range, or to
+# take newer releases (a fixed advisory); tests/test_image.py checks the pins against the ranges.
+IMAGE_PYTHON ?= python3.11
+image-requirements:
+	$(IMAGE_PYTHON) -m venv /tmp/ttft-pip-tools
+	/tmp/ttft-pip-tools/bin/pip install -q 'pip-tools>=7.4,<8'
+	rm -rf /tmp/ttft-image-requirements && mkdir -p /tmp/ttft-image-requirements/exporter
+	cp pyproject.toml README.md /tmp/ttft-image-requirements/
+	touch /tmp/ttft-image-requirements/exporter/__init__.py
+	cd /tmp/ttft-image-requirements && /tmp/ttft-pip-tools/bin/pip-compile -q --upgrade \
+		--generate-hashes --allow-unsafe --strip-extras --build-deps-for wheel \
+		--no-emit-index-url --no-emit-find-links --no-emit-options \
+		--output-file requirements-image.txt pyproject.toml
+	cp /tmp/ttft-image-requirements/requirements-image.txt requirements-image.txt
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -24,6 +24,7 @@ SECTIONS = [
     ("bench.diagnose", "diagnose on the incident day (issue #14)"),
     ("bench.cause_cost", "Cause decision: Prometheus cost"),
     ("bench.tasks", "Agent tasks: tool, guardrail and task cost (issue #15)"),
+    ("bench.startup", "Start-up: `import exporter; exporter.instrument()` (issue #33)"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Issue #5 figures: aggregator CPU for 64 pushing workers, push payload bytes per series.
+"""Issue #5 figures: aggregator CPU for 64 pushing workers, push payload bytes per series; and
+issue 31's: what each `aggregator.durability` costs a push.
 
 The workers are simulated in-process: 64 recorders fed calls with the demo's label cardinality
 (3 models × 3 routes × 20 Zipf-popular tenants × 2 providers, the label sets of docs/metrics.md) and the
@@ -7,6 +8,11 @@ would. The aggregator is the real one (`create_app` + `Aggregator`) on a loopbac
 it spends is read from its server thread's own CPU clock while the 64 bodies of one 5-second
 interval are POSTed to it, so the figure covers HTTP parsing, the handler, validation and the
 exact merge, and excludes the client.
+
+The durability figures time whole pushes (the client's POST to the 200) against the real
+aggregator with no journal, `durability: process` and `durability: machine`, interleaved in
+rounds in one run, one pusher at a time (each push pays its own fsync) and eight at once (they
+share them). The journal is on the file system of the temporary directory.
 """
 
 from __future__ import annotations
@@ -14,21 +20,26 @@ from __future__ import annotations
 import gc
 import http.client
 import random
+import socket
 import sys
+import tempfile
+import threading
 import time
+from dataclasses import replace
 
 from exporter._internal import names
-from exporter._internal.config.settings import Config
+from exporter._internal.config.settings import AggregatorConfig, Config
 from exporter._internal.demo.loadgen import ANTHROPIC_SHARE, MODELS, ROUTES, TENANTS
 from exporter._internal.expose.server import ExporterServer, create_app
 from exporter._internal.expose.text import Renderer
 from exporter._internal.fleet import wire
 from exporter._internal.fleet.aggregator import Aggregator, tune_gc
+from exporter._internal.fleet.journal import StateFiles
 from exporter._internal.fleet.take import take
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
 
-from .harness import Stat
+from .harness import Stat, interleaved, ratios
 
 PUSH_INTERVAL = 5.0
 MS = 1_000_000  # ns
@@ -152,6 +163,115 @@ def worker_cost(calls_per_push: int, runs: int) -> Stat:
     return Stat.of(out)
 
 
+DURABILITY = ("no journal", "process", "machine")
+
+
+def durability_round(mode: str, bodies: list[list[bytes]], folder: str) -> tuple[float, int]:
+    """Wall seconds for `bodies` (one list per concurrent pusher) POSTed to an aggregator
+    with `mode`; and the fsyncs it made."""
+    agg_config = AggregatorConfig() if mode == "no journal" else AggregatorConfig(
+        snapshot_path=f"{folder}/state-{mode}-{time.monotonic_ns()}", durability=mode,
+        snapshot_interval_seconds=3600)
+    agg = Aggregator(replace(Config(), aggregator=agg_config))
+    server = ExporterServer(create_app(lambda: Renderer(agg.recorder, agg.families), agg),
+                            "127.0.0.1", 0).start()
+    go = threading.Barrier(len(bodies) + 1)
+
+    def pusher(mine: list[bytes]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as a worker's would
+        go.wait()
+        for body in mine:
+            conn.request("POST", wire.PUSH_PATH, body=body,
+                         headers={"Content-Type": wire.CONTENT_TYPE})
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200, response.status
+        conn.close()
+
+    threads = [threading.Thread(target=pusher, args=(mine,)) for mine in bodies]
+    try:
+        for t in threads:
+            t.start()
+        go.wait()
+        started = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        server.stop()
+    return elapsed, agg.group_sync.syncs if agg.group_sync is not None else 0
+
+
+def durability_cost(pushes: int, rounds: int) -> list[str]:
+    """Wall µs per push (elapsed / pushes) and pushes per second of each durability, side by
+    side."""
+    layouts = Recorder().schema.layouts()
+    delta = worker_deltas(1, 1, seed=7)[0]  # a small push: the journal's share is the largest
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="ttft-bench-journal-") as folder:
+        lines += journal_cost(folder, _encode_seq(delta, 1, layouts), pushes, rounds)
+        for concurrency in (1, 8):
+            per_push: dict[str, list[float]] = {mode: [] for mode in DURABILITY}
+            syncs = 0
+            for r in range(rounds):
+                for mode in DURABILITY[r % 3:] + DURABILITY[:r % 3]:  # no first-place bias
+                    bodies = []
+                    for c in range(concurrency):
+                        delta.worker = f"bench-{mode}-{r}-{c}"
+                        bodies.append([_encode_seq(delta, seq, layouts)
+                                       for seq in range(1, pushes // concurrency + 1)])
+                    elapsed, made = durability_round(mode, bodies, folder)
+                    n = sum(len(b) for b in bodies)
+                    per_push[mode].append(elapsed / n * 1e6)
+                    if mode == "machine":
+                        syncs += made
+            for mode in DURABILITY:
+                stat = Stat.of(per_push[mode])
+                note = "" if mode == "no journal" else \
+                    f"{ratios(per_push[mode], per_push['no journal']).median:.2f}x no journal"
+                if mode == "machine":
+                    note += f"; {syncs / (rounds * pushes):.2f} fsyncs per push"
+                lines.append(f"| push, durability `{mode}`, {concurrency} pusher"
+                             f"{'s' if concurrency > 1 else ''} at once | "
+                             f"{stat.fmt('µs per push', 0)}; "
+                             f"{1e6 / stat.median:.0f} pushes/s | | {note} |")
+    return lines
+
+
+def journal_cost(folder: str, body: bytes, records: int, rounds: int) -> list[str]:
+    """The journal alone: µs per append (`process`), per append + fdatasync (`machine`)."""
+    files = StateFiles(f"{folder}/journal-only")
+    list(files.replay())  # opens the journal for appends
+
+    def appends(n: int) -> None:
+        for _ in range(n):
+            files.append(body)
+
+    def synced(n: int) -> None:
+        for _ in range(n):
+            files.append(body)
+            files.sync()
+
+    try:
+        times = interleaved({"process": appends, "machine": synced}, records, rounds)
+    finally:
+        files.close()
+    append, sync = Stat.of(times["process"]), Stat.of(times["machine"])
+    return [f"| journal append of a {len(body):,} B push (`process`) | "
+            f"{Stat(append.median / 1e3, append.low / 1e3, append.high / 1e3).fmt('µs', 1)} "
+            f"| | |",
+            f"| journal append + fdatasync (`machine`) | "
+            f"{Stat(sync.median / 1e3, sync.low / 1e3, sync.high / 1e3).fmt('µs', 0)} | | "
+            f"{sync.median / append.median:.0f}x the append |"]
+
+
+def _encode_seq(delta: wire.Delta, seq: int, layouts) -> bytes:
+    delta.seq = seq
+    return wire.encode(delta, layouts)
+
+
 def run(quick: bool) -> list[str]:
     workers = 8 if quick else 64
     rounds = 1 if quick else 5
@@ -175,6 +295,7 @@ def run(quick: bool) -> list[str]:
     cost = worker_cost(50 if not quick else 5, 3 if quick else 7)
     lines.append(f"| worker flusher per push (drain + encode, 50 calls) | {cost.fmt('ms', 2)} | "
                  f"| off the app's threads |")
+    lines += durability_cost(16 if quick else 400, 1 if quick else 6)
     return lines
 
 

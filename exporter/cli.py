@@ -25,13 +25,17 @@ RUNTIME_ONLY = ("not checked until serve starts: whether server.port is free, an
 
 def serve_problems(config: Config) -> list[tuple[str, str]]:
     """What `serve` would refuse in this config besides its syntax, as (key, reason) pairs: the
-    listen address, the secret and TLS files, the snapshot directory."""
+    listen address, an open /push beyond loopback, the secret and TLS files, the snapshot
+    directory."""
     from ._internal.fleet import access, journal
 
     out = []
     why = address_problem(config.server.addr)
     if why is not None:
         out.append(("server.addr", why))
+    why = access.open_push_problem(config, config.server.addr)
+    if why is not None:
+        out.append((access.PUSH_TOKEN, why))
     out += access.problems(config)
     snapshot = config.aggregator.snapshot_path
     why = journal.unusable(snapshot) if snapshot else None
@@ -50,6 +54,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from ._internal.expose.server import create_app
+    from ._internal.fleet import access
     from ._internal.fleet.aggregator import Aggregator, tune_gc
 
     config = load(args.config)
@@ -60,12 +65,12 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError("command line" if args.addr else args.config or "config",
                           [("--addr" if args.addr else "server.addr", why)],
                           key_lines(args.config) if args.config and not args.addr else None)
+    why = access.open_push_problem(config, addr)
+    if why is not None:  # before the snapshot is restored: refused, nothing touched
+        raise ConfigError(args.config or "config", [(access.PUSH_TOKEN, why)])
     aggregator = Aggregator(config)  # restores the snapshot, if any
     runtime.become_aggregator(config, aggregator.recorder, aggregator.families)
     tune_gc()
-    if not aggregator.access.push_token and addr not in ("127.0.0.1", "::1", "localhost"):
-        print(f"ttft-exporter serve: /push accepts unauthenticated pushes on {addr}; set "
-              f"aggregator.push_token_file", file=sys.stderr)
     serve_until_signalled(addr, port, create_app(lambda: runtime.state().renderer, aggregator),
                           aggregator.access.ssl_context(), config.server)
     return 0

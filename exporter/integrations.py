@@ -22,7 +22,7 @@ are public and stay (pinned by tests/test_public_api.py, documented in README.md
 from ._internal.config.loader import load as load_config
 from ._internal.config.settings import Config, ConfigError
 from ._internal.shim.aiohttp_trace import trace_config as aiohttp_trace_config
-from ._internal.shim.deadline import DeadlinePropagator
+from ._internal.shim.deadline_propagator import DeadlinePropagator
 from ._internal.shim.httpx_trace import trace_for as httpx_trace
 from ._internal.shim.middleware import ASGIMiddleware, aiohttp_middleware, route_from_scope
 from ._internal.shim.otel import genai_views

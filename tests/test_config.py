@@ -165,8 +165,8 @@ def test_check_config_cli(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines() == [  # every error at once, in the file's order
         f"{bad}:2: labels.max_tenants: must be at least 1, got 0",
-        f"{bad}:3: labels.nope: unknown key (known: hash_salt, max_label_length, max_models, "
-        f"max_providers, max_routes, max_series, max_tasks, max_tenants, max_upstreams, "
+        f"{bad}:3: labels.nope: unknown key (known: expire_seconds, hash_salt, max_label_length, "
+        f"max_models, max_providers, max_routes, max_series, max_tasks, max_tenants, max_upstreams, "
         f"tenant_allowlist, tenant_families, tenant_policy)",
         f"{bad}:4: server.port: must be between 0 (any free port) and 65535, got 70000"]
     good = tmp_path / "good.yaml"

@@ -5,6 +5,7 @@ A renamed module or panel, or a changed default, fails here, not in front of a r
 
 from __future__ import annotations
 
+import argparse
 import functools
 import glob
 import importlib
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from exporter import cli
 from exporter._internal import names
 from exporter._internal.config.schema import keys
 from exporter._internal.diagnose.causes import DEFAULT, Thresholds
@@ -291,3 +293,91 @@ def test_the_readmes_config_example_is_valid_and_shows_the_defaults():
              != value]
     assert not wrong
 
+
+
+# --- the command line the docs show is the parser's ---
+
+COMMANDS = {name: sub for action in cli.build_parser()._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()}
+OPTIONS = {name: {o for a in sub._actions for o in a.option_strings}
+           for name, sub in COMMANDS.items()}
+#: Another program named where a flag stands: its flags are not ours.
+OTHER_PROGRAM = re.compile(r"(?i)prometheus\b(?! (URL|server)\b)|llama|vllm|\bhelm\b|\bpip\b|"
+                           r"uvicorn|gunicorn|valgrind|callgrind|python -m|docker|chromium")
+COMMAND = re.compile(r"ttft-exporter ([a-z][a-z-]*)")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def units(text: str) -> list[tuple[str, str]]:
+    """Where a flag belongs to the command named before it: a table row, a paragraph or list
+    item, a code block's command (its `\\` continuations joined); each with what it stands
+    under (the doc's introduction, its section's heading, its table's header), where another
+    program may be named."""
+    out: list[tuple[str, str]] = []
+    sections = re.split(r"\n(?=#+ )", re.sub(r"\\\n", " ", text))
+    for section in sections:
+        heading = sections[0] + section.split("\n", 1)[0]
+        for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.) )|```", section):
+            lines = block.strip("\n").splitlines()
+            if lines and lines[0].startswith("|"):
+                out += [(f"{heading} {lines[0]}", line) for line in lines[1:]]
+            else:
+                out.append((heading, block))
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=_doc_id)
+def test_every_command_and_flag_a_doc_shows_is_the_parsers(doc: Path):
+    """A flag after `ttft-exporter <command>` in the same row, paragraph or command line is
+    that command's; a flag with no command before it, where no other program is named, is
+    some command's. A backticked `ttft-exporter <word>` names a command that exists."""
+    wrong = []
+    for context, unit in units(doc.read_text(encoding="utf-8")):
+        wrong += [f"no command {c!r}" for c in re.findall(
+            r"`ttft-exporter ([a-z][a-z-]*)\b(?!:)", unit) if c not in COMMANDS]
+        command = "other" if OTHER_PROGRAM.search(context) else None
+        marks = sorted([(m.start(), m.group(1)) for m in COMMAND.finditer(unit)
+                        if m.group(1) in COMMANDS]
+                       + [(m.start(), "other") for m in OTHER_PROGRAM.finditer(unit)]
+                       + [(m.start(), m.group(0)) for m in FLAG.finditer(unit)])
+        for _, word in marks:
+            if not word.startswith("--"):
+                command = word
+            elif command in COMMANDS:
+                if word not in OPTIONS[command]:
+                    wrong.append(f"`ttft-exporter {command}` has no {word}")
+            elif command is None and not any(word in o for o in OPTIONS.values()):
+                wrong.append(f"no command has {word}")
+    assert not wrong, f"{_doc_id(doc)}: {sorted(set(wrong))}"
+
+
+# --- every panel a doc names, arrow or not ---
+
+#: `**Dashboard → A** and **B**`: B is a panel of the same dashboard (a sentence or list item).
+SENTENCE = re.compile(r"(?<=[.;:])\s+(?=[A-Z*])|\n\s*\n|\n(?=\s*(?:[-*]|\d+\.) )")
+BOLD = re.compile(r"\*\*([^*]+?)\*\*")
+#: The "Title" row (or panel, panels) of a dashboard.
+QUOTED_PANEL = re.compile(r"\"([A-Z][^\"]{2,60})\" (?:row|panels?)\b")
+
+
+def test_every_panel_a_doc_names_without_an_arrow_exists():
+    """A bold name after a `**Dashboard → Panel**` in the same sentence is a panel of that
+    dashboard; a quoted title followed by "row" or "panel" is one of some dashboard."""
+    titles = {name: _titles(uid) for name, uid in DASHBOARDS.items()}
+    every = [t for board in titles.values() for t in board]
+    wrong = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for sentence in SENTENCE.split(text):
+            board = None
+            for bold in BOLD.findall(sentence):
+                name = " ".join(bold.replace("`", "").split())
+                if "→" in name:
+                    board = name.split("→")[0].strip()
+                elif board in titles and not name.endswith((".", ":")) \
+                        and not any(t.startswith(name) for t in titles[board]):
+                    wrong.append(f"{_doc_id(doc)}: {board} → {name}")
+        wrong += [f"{_doc_id(doc)}: {title}" for title in QUOTED_PANEL.findall(text)
+                  if not any(t.startswith(title) for t in every)]
+    assert not wrong

@@ -80,3 +80,57 @@ def test_a_recorder_records_what_its_guard_answers_at_every_call():
         assert recorder.counts().rows[names.REQUESTS_TOTAL] == dict(expected)
         for counter in (names.SELF_TENANT_FOLDS, names.SELF_DROPS):
             assert recorder.rows[counter] == guard.rows[counter], (labels, counter)
+
+
+# --- expiry: a cap a hostile client filled is freed once it stops; a value in use stays ---
+
+def test_tenant_slots_a_hostile_client_filled_are_freed_once_unseen_for_the_expiry():
+    from exporter._internal.record.guard import EPOCHS
+
+    guard = LabelGuard(LabelConfig(max_tenants=3), no_rows())
+    assert guard.tenant("m", "r", "gold") == "gold"
+    assert [guard.tenant("m", "r", f"forged-{i}") for i in range(5)] == \
+        ["forged-0", "forged-1", names.OTHER_TENANT, names.OTHER_TENANT, names.OTHER_TENANT]
+    assert guard.tenant("m", "r", "newcomer") == names.OTHER_TENANT  # the cap is full
+    freed = []
+    for _ in range(EPOCHS):  # the forged tenants stop; gold keeps calling every epoch
+        assert guard.tenant("m", "r", "gold") == "gold"
+        expired = guard.expire()
+        freed += sorted(expired.tenants)
+        assert not expired.values[names.MODEL]
+    assert freed == []  # unseen for less than the expiry: still held
+    assert guard.tenant("m", "r", "gold") == "gold"
+    expired = guard.expire()
+    assert sorted(expired.tenants) == [("m", "r", "forged-0"), ("m", "r", "forged-1")]
+    assert guard.tenant("m", "r", "newcomer") == "newcomer"  # a freed slot
+    assert guard.tenant("m", "r", "gold") == "gold"  # never evicted while in use
+    assert guard._tenant_values == 2
+
+
+def test_models_routes_providers_and_upstreams_expire_and_take_their_tenants_along():
+    from exporter._internal.record.guard import EPOCHS
+
+    guard = LabelGuard(LabelConfig(max_models=2, max_routes=2, max_providers=2,
+                                   max_upstreams=1), no_rows())
+    for model in ("m1", "m2"):
+        guard.value(names.MODEL, model)
+        guard.value(names.ROUTE, "r")
+        guard.value(names.PROVIDER, "p")
+        guard.tenant(model, "r", "t")
+        guard.upstream(model, "10.0.0.1:443", "eu", "fp")
+    assert guard.value(names.MODEL, "m3") == names.OTHER_TENANT
+    assert guard.upstream("m1", "10.0.0.2:443", "eu", "fp") == (names.OTHER_TENANT,) * 3
+    for _ in range(EPOCHS + 1):  # only m1, its route, provider, tenant and upstream in use
+        guard.value(names.MODEL, "m1")
+        guard.value(names.ROUTE, "r")
+        guard.value(names.PROVIDER, "p")
+        guard.tenant("m1", "r", "t")
+        guard.upstream("m1", "10.0.0.1:443", "eu", "fp")
+        expired = guard.expire()
+    assert expired.values[names.MODEL] == {"m2"} and not expired.values[names.ROUTE]
+    assert expired.tenants == set() and expired.upstreams == set()  # went with m2
+    assert expired.covers((names.MODEL, names.TENANT), ("m2", "t"))
+    assert not expired.covers((names.MODEL, names.ROUTE, names.TENANT), ("m1", "r", "t"))
+    assert guard.value(names.MODEL, "m3") == "m3"
+    assert guard._tenants == {("m1", "r"): {"t": guard.epoch - 1}}  # (seen before the tick)
+    assert set(guard._upstreams) == {"m1"}

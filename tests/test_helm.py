@@ -26,6 +26,7 @@ from exporter._internal.diagnose.run import DiagnoseError, parse_duration
 from exporter._internal.diagnose.watch import Windows
 from exporter._internal import names
 from exporter._internal.generate.files import CAUSE_FILE, RULE_FILES, generate
+from exporter._internal.fleet.access import open_push_problem
 from exporter.cli import build_parser
 from tests.support import require_module
 from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
@@ -89,9 +90,9 @@ def values_of(path: Path) -> dict:
 
 
 def with_prometheus(values: dict) -> dict:
-    """The values with the watch's Prometheus URL: the watch is on by default and the chart
-    refuses it without one (where Prometheus is cannot be guessed)."""
-    return _merged({"watch": {"prometheusUrl": PROMETHEUS_URL}}, values)
+    """The values with the watch on, querying PROMETHEUS_URL (the watch is off by default; on,
+    the chart refuses it without a URL: where Prometheus is cannot be guessed)."""
+    return _merged({"watch": {"enabled": True, "prometheusUrl": PROMETHEUS_URL}}, values)
 
 
 def by_kind(docs: list[dict], kind: str) -> list[dict]:
@@ -120,15 +121,17 @@ def test_there_are_ci_scenarios():
 
 
 def test_lint_is_clean(helm):
-    for values in [with_prometheus({})] + [values_of(p) for p in CI_VALUES]:
+    for values in [{}, with_prometheus({})] + [values_of(p) for p in CI_VALUES]:
         report = helm.lint(str(CHART), values, strict=True, kube_version=f"v{KUBE_VERSION}")
         assert report["errors"] == [] and report["messages"] == [], report
 
 
-@pytest.mark.parametrize("values_file", CI_VALUES, ids=lambda p: p.name)
+@pytest.mark.parametrize("values_file", [None, *CI_VALUES],
+                         ids=lambda p: p.name if p else "no-values")
 def test_every_scenario_renders_and_validates_offline(chart, values_file):
+    """Every ci/ scenario, and the chart with no values at all (`helm install llm chart`)."""
     kv = require_module("kubernetes_validate")
-    docs = render(chart, values_of(values_file))
+    docs = render(chart, values_of(values_file) if values_file else {})
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "Service", "ConfigMap"} <= kinds
     assert kinds <= CORE_KINDS | CRD_KINDS, kinds
@@ -145,6 +148,8 @@ def test_every_scenario_renders_and_validates_offline(chart, values_file):
     config = load(yaml.safe_load(config_map["data"]["ttft-exporter.yaml"]))
     assert config.server.addr == "0.0.0.0"
     assert config.aggregator.snapshot_path.startswith("/var/lib/ttft-exporter/")
+    # serve starts with it: beyond loopback, /push has a token or is open on purpose
+    assert open_push_problem(config, config.server.addr) is None
 
 
 def check_crd(doc: dict) -> None:
@@ -374,6 +379,85 @@ def test_full_scenario_wires_token_tls_auth_and_persistence(chart):
     assert {d["metadata"]["namespace"] for d in dashboards} == {"monitoring"}
 
 
+def test_the_chart_installs_with_no_values_at_all(helm, chart):
+    """`helm install llm helm/ttft-exporter`, nothing set, on a cluster with or without the
+    Prometheus Operator: it renders (and lints clean, test_lint_is_clean) with the push token
+    on and the watch off, and the NOTES say how to turn the watch on."""
+    for api_versions in (None, OPERATOR_APIS):
+        docs = render(chart, {}, api_versions=api_versions)
+        assert not [d for d in docs if "watch" in d["_template"]]
+        secret, = by_kind(docs, "Secret")
+        assert secret["metadata"]["name"] == "llm-ttft-exporter-push-token"
+        config = yaml.safe_load(of_template(docs, "ConfigMap", "configmap.yaml")["data"][
+            Path(CONFIG_PATH).name])
+        assert config["aggregator"]["push_token_file"].startswith("/var/run/secrets/")
+    notes = render_raw(chart, {})["ttft-exporter/templates/NOTES.txt"]
+    assert "--set watch.enabled=true --set watch.prometheusUrl=" in notes
+    assert "TTFT_EXPORTER_PUSH_TOKEN=<key \"token\" of Secret llm-ttft-exporter-push-token>" in \
+        notes
+
+
+def test_workers_with_the_charts_token_push_to_serve_run_with_the_charts_config(
+        chart, tmp_path, monkeypatch):
+    """The chart with no values, run: `serve` with the ConfigMap's config (its token file
+    holding the Secret's token, as the pod mounts it; on loopback here), and workers given the
+    same Secret's key as TTFT_EXPORTER_PUSH_TOKEN, as the NOTES say: their pushes are counted;
+    a worker without it is refused and counted as such."""
+    import base64
+
+    from exporter._internal.config.settings import Config
+    from exporter._internal.fleet import push
+    from exporter._internal.record.recorder import Recorder
+    from exporter._internal.record.timeline import CallTimeline
+
+    docs = render(chart, {})
+    secret, = by_kind(docs, "Secret")
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    config = yaml.safe_load(of_template(docs, "ConfigMap", "configmap.yaml")["data"][
+        Path(CONFIG_PATH).name])
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    config["aggregator"]["push_token_file"] = str(token_file)
+    config["aggregator"]["snapshot_path"] = str(tmp_path / "state")
+    config_file = tmp_path / "ttft-exporter.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in __import__("os").environ.items() if k != push.ENV_TOKEN}
+    proc = subprocess.Popen([sys.executable, "-m", "exporter.cli", "serve", "--config",
+                             str(config_file), "--addr", "127.0.0.1", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        base = re.search(r"(http://\S+)/metrics", line).group(1)
+
+        def worker_push(with_token: str | None) -> bool:
+            if with_token is None:
+                monkeypatch.delenv(push.ENV_TOKEN, raising=False)
+            else:
+                monkeypatch.setenv(push.ENV_TOKEN, with_token)
+            rec = Recorder()
+            flusher = push.Flusher(base, Config(), rec)
+            t = CallTimeline(start=0, model="m", provider="p", route="r", tenant="t")
+            t.token(1_000_000)
+            t.end, t.outcome = 2_000_000, names.OK
+            rec.record_call(t)
+            try:
+                return flusher.flush()
+            finally:
+                flusher.close(timeout=0)
+
+        assert worker_push(token) and worker_push(token)
+        assert not worker_push(None)
+        body = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+        assert re.search(r'^llm_client_requests_total\{[^}]*\} 2\.0$', body, re.M), body[:2000]
+        assert re.search(f'^{names.SELF_PUSH_REJECTED}{{reason="unauthorized"}} [1-9]', body,
+                         re.M)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_default_push_token_secret_is_made_and_mounted(chart):
     docs = render(chart, with_prometheus({}))
     secret, = [s for s in by_kind(docs, "Secret") if s["metadata"]["name"].endswith(
@@ -393,6 +477,7 @@ def test_minimal_scenario_has_no_rules_dashboards_or_token(chart):
                                                        if "ttft-exporter.yaml" in d["data"]]
     config = yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["ttft-exporter.yaml"])
     assert "push_token_file" not in config["aggregator"]
+    assert config["aggregator"]["allow_unauthenticated_push"] is True  # said, not assumed
 
 
 def test_bad_values_are_refused_before_anything_renders(helm, chart):
@@ -621,13 +706,14 @@ def test_no_watch_when_disabled(chart):
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["http"]
     notes = render_raw(chart, values, api_versions=OPERATOR_APIS)[
         "ttft-exporter/templates/NOTES.txt"]
-    assert "watch" not in notes
+    assert "-watch" not in notes and "and the watch" not in notes
+    assert "The watch is off: the LLMTTFTLikelyCause alert" in notes  # and how to turn it on
 
 
 @pytest.mark.parametrize("watch, refused", [
-    ({}, "/watch/prometheusUrl"),  # values.yaml has none
-    ({"prometheusUrl": ""}, "/watch/prometheusUrl"),
-    ({"prometheusUrl": None}, "prometheusUrl"),  # null removes the key: missing
+    ({"enabled": True}, "/watch/prometheusUrl"),  # values.yaml has none
+    ({"enabled": True, "prometheusUrl": ""}, "/watch/prometheusUrl"),
+    ({"enabled": True, "prometheusUrl": None}, "prometheusUrl"),  # null removes the key
     ({"prometheusUrl": "prometheus-operated:9090"}, "/watch/prometheusUrl"),
     ({"prometheusUrl": "ftp://prometheus-operated:9090"}, "/watch/prometheusUrl"),
     ({"prometheusUrl": "http://"}, "/watch/prometheusUrl"),
@@ -647,14 +733,16 @@ def test_the_schema_refuses_a_watch_that_cannot_run(helm, chart, watch, refused)
 
 def test_the_schema_takes_a_disabled_watch_without_url_and_any_http_base_url(helm, chart):
     chart.render({"watch": {"enabled": False}}, name="llm", namespace="obs")
+    chart.render({"watch": {"prometheusUrl": ""}}, name="llm", namespace="obs")  # (off)
     for url in ("http://prometheus-operated:9090", "https://prometheus.example.com/prometheus",
                 "http://10.0.0.7:9090/"):
-        docs = render(chart, {"watch": {"prometheusUrl": url}})
+        docs = render(chart, {"watch": {"enabled": True, "prometheusUrl": url}})
         container, = of_template(docs, "Deployment", "watch-deployment.yaml")["spec"][
             "template"]["spec"]["containers"]
         assert container["args"][2] == url
-    # `helm lint` (and `helm install`) of the bare chart name the value to set
-    report = helm.lint(str(CHART), {}, strict=True, kube_version=f"v{KUBE_VERSION}")
+    # `helm lint` (and `helm install`) of a watch turned on without its URL name the value
+    report = helm.lint(str(CHART), {"watch": {"enabled": True}}, strict=True,
+                       kube_version=f"v{KUBE_VERSION}")
     assert report["errors"] and all("/watch/prometheusUrl" in e for e in report["errors"])
 
 

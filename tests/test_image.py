@@ -146,3 +146,81 @@ def test_the_image_runs_what_the_chart_expects() -> None:
     assert name in (CHART / "README.md").read_text()
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
     assert "*" in ignored and {"!pyproject.toml", "!README.md", "!exporter/"} <= set(ignored)
+
+
+REQUIREMENTS = ROOT / "requirements-image.txt"
+
+
+def pins() -> dict[str, tuple[str, list[str]]]:
+    """requirements-image.txt: normalized name -> (version, hashes); every line must be a
+    `name==version` pin (a range, a URL or an option would not be reproducible)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    text = re.sub(r"\\\n", " ", REQUIREMENTS.read_text())
+    out = {}
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        requirement, *options = line.split(" --hash=")
+        req = Requirement(requirement.strip())
+        (spec,) = req.specifier
+        assert spec.operator == "==" and "*" not in spec.version, line
+        hashes = [option.strip() for option in options]
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), line
+        out[canonicalize_name(req.name)] = (spec.version, hashes)
+    return out
+
+
+def test_every_runtime_dependency_is_pinned_with_hashes_within_pyprojects_ranges() -> None:
+    """What the image installs: each dependency of pyproject.toml (and the build backend) at
+    one exact version inside its range, with hashes; every dependency of those pins pinned too
+    (read from their installed metadata), so `pip install --require-hashes` fetches nothing
+    else; and the Dockerfile installs exactly that, then the package alone without an index."""
+    from importlib.metadata import requires
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pinned = pins()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    environment = {"python_version": "3.11", "extra": ""}  # the base image's Python
+    wanted = [Requirement(r) for r in pyproject["project"]["dependencies"]]
+    wanted += [Requirement(r) for r in pyproject["build-system"]["requires"]]
+    for req in wanted:
+        name = canonicalize_name(req.name)
+        assert name in pinned, f"{req.name} is not pinned in {REQUIREMENTS.name}"
+        version = pinned[name][0]
+        assert req.specifier.contains(version, prereleases=True), (req, version)
+    for name in pinned:
+        for line in requires(name) or ():
+            dependency = Requirement(line)
+            if dependency.marker is None or dependency.marker.evaluate(environment):
+                assert canonicalize_name(dependency.name) in pinned, (name, line)
+    ops = instructions()
+    runs = [args for op, args in ops if op == "RUN" and "pip install" in args]
+    assert ("COPY", f"{REQUIREMENTS.name} ./") in ops
+    assert any(f"--require-hashes --no-deps -r {REQUIREMENTS.name}" in r for r in runs), runs
+    package = [r for r in runs if r.rstrip().endswith(". && rm -rf /src")]
+    assert package and all(o in package[0] for o in ("--no-deps", "--no-build-isolation",
+                                                     "--no-index")), runs
+    assert "make image-requirements" in (ROOT / "Dockerfile").read_text()
+    assert "image-requirements:" in (ROOT / "Makefile").read_text()
+
+
+def test_the_images_command_refuses_an_open_push_and_names_what_allows_it() -> None:
+    """The image's CMD as is (`serve --addr 0.0.0.0`) without a push token: exit 2 and one
+    line naming the token's setting, its env var (the Dockerfile's `docker run -e`) and the
+    explicit opt-out; it never binds (the refusal comes first)."""
+    import os
+
+    ops = dict(instructions())
+    command = json.loads(ops["CMD"])
+    env = {k: v for k, v in os.environ.items() if k != "TTFT_EXPORTER_PUSH_TOKEN"}
+    run = subprocess.run([sys.executable, "-m", "exporter.cli", *command], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
+    for named in ("aggregator.push_token_file", "TTFT_EXPORTER_PUSH_TOKEN",
+                  "aggregator.allow_unauthenticated_push: true"):
+        assert named in run.stderr
+    assert "docker run -e TTFT_EXPORTER_PUSH_TOKEN=" in (ROOT / "Dockerfile").read_text()

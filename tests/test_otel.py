@@ -15,6 +15,17 @@ from exporter.integrations import genai_views
 MS = 1_000_000
 
 
+@pytest.fixture
+def opted_in(monkeypatch):
+    """OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai/dup, read as the API loads."""
+    monkeypatch.setenv(otel.OPT_IN_ENV, "http/dup, gen_ai/dup")
+    monkeypatch.setattr(otel, "_loaded", False)
+    otel._load()
+    yield
+    monkeypatch.delenv(otel.OPT_IN_ENV)
+    otel._load()
+    assert not otel._dup
+
 
 def timeline():
     t = CallTimeline(start=10_000 * MS, model="gpt-4.1", provider="openai", route="search",
@@ -152,6 +163,38 @@ def test_time_to_first_chunk_only_for_streamed_calls(spans):
     assert a[names.ATTR_TIME_TO_FIRST_ANSWER] == pytest.approx(0.5)  # ours: when it arrived
 
 
+#: The span's GenAI attributes of the conventions' current text (docs/tracing.md names it), for
+#: a streamed call that reported its usage, its cache read and write, and reasoning tokens.
+CURRENT_SPAN_ATTRIBUTES = {
+    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model",
+    "gen_ai.response.model", "gen_ai.request.stream", "gen_ai.response.id",
+    "gen_ai.response.finish_reasons", "gen_ai.response.time_to_first_chunk",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+    "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_write.input_tokens",
+    "gen_ai.usage.reasoning.output_tokens"}
+#: What the shims hand the span beside the timeline (anthropic's cache write among them).
+CLIENT_ATTRIBUTES = {"gen_ai.request.stream": True, "gen_ai.response.id": "msg_1",
+                     "gen_ai.response.finish_reasons": ["end_turn"],
+                     "gen_ai.usage.cache_write.input_tokens": 25}
+
+
+def test_the_span_carries_exactly_the_current_texts_genai_attributes(spans):
+    t = timeline()
+    t.reasoning_output_tokens = 1
+    a = finished(spans, t, CLIENT_ATTRIBUTES)
+    assert {key for key in a if key.startswith("gen_ai.")} == CURRENT_SPAN_ATTRIBUTES
+    assert names.ATTR_CACHE_WRITE_TOKENS == "gen_ai.usage.cache_write.input_tokens"
+
+
+def test_opted_in_the_span_also_carries_the_cache_writes_earlier_name(opted_in, spans):
+    t = timeline()
+    t.reasoning_output_tokens = 1
+    a = finished(spans, t, CLIENT_ATTRIBUTES)
+    assert {key for key in a if key.startswith("gen_ai.")} == CURRENT_SPAN_ATTRIBUTES | {
+        "gen_ai.usage.cache_creation.input_tokens"}
+    assert a["gen_ai.usage.cache_creation.input_tokens"] == 25
+
+
 def metric_points(reader):
     return {m.name: m for rm in reader.get_metrics_data().resource_metrics
             for sm in rm.scope_metrics for m in sm.metrics}
@@ -172,28 +215,75 @@ def record(t, attributes=None, provider="openai"):
                                               names.ATTR_SERVER_PORT: 443})
 
 
-def test_every_metric_has_its_conventional_name_unit_and_attributes(reader):
+#: The GenAI client metrics of the conventions' current text (docs/tracing.md names it).
+CURRENT_METRICS = {"gen_ai.client.operation.duration",
+                   "gen_ai.client.operation.time_to_first_chunk",
+                   "gen_ai.client.operation.time_per_output_chunk",
+                   "gen_ai.client.token.usage"}
+#: The token metrics emitted before, kept beside them on opt-in (`gen_ai/dup`).
+LEGACY_METRICS = {"gen_ai.client.inference.usage.input_tokens",
+                  "gen_ai.client.inference.usage.output_tokens",
+                  "gen_ai.client.inference.usage.cache_read.input_tokens",
+                  "gen_ai.client.inference.usage.reasoning.output_tokens",
+                  "gen_ai.client.inference.operation.input_tokens",
+                  "gen_ai.client.inference.operation.output_tokens"}
+
+
+def test_the_metrics_are_exactly_the_current_texts_with_their_units_and_attributes(reader):
     t = timeline()
     t.model = "gpt-4.1-2025-04-14"
     t.reasoning_output_tokens = 1
     record(t)
     data = metric_points(reader)
-    assert set(data) == {
-        names.OTEL_OPERATION_DURATION, names.OTEL_TIME_TO_FIRST_CHUNK,
-        names.OTEL_TIME_PER_OUTPUT_CHUNK, names.OTEL_OPERATION_INPUT_TOKENS,
-        names.OTEL_OPERATION_OUTPUT_TOKENS, names.OTEL_USAGE_INPUT_TOKENS,
-        names.OTEL_USAGE_OUTPUT_TOKENS, names.OTEL_USAGE_CACHE_READ_TOKENS,
-        names.OTEL_USAGE_REASONING_TOKENS}
-    assert "gen_ai.client.token.usage" not in data  # replaced by the two families above
+    assert set(data) == CURRENT_METRICS
     for name, metric in data.items():
-        assert metric.unit == ("s" if name.endswith(("duration", "chunk")) else "{token}")
+        assert metric.unit == ("{token}" if name.endswith("usage") else "s")
         for point in metric.data.data_points:
             a = dict(point.attributes)
-            assert a[names.ATTR_OPERATION] == "chat" and a[names.ATTR_PROVIDER] == "openai"
-            assert a[names.ATTR_REQUEST_MODEL] == "gpt-4.1"
-            assert a[names.ATTR_RESPONSE_MODEL] == "gpt-4.1-2025-04-14"
-            assert (a[names.ATTR_SERVER_ADDRESS], a[names.ATTR_SERVER_PORT]) == (
-                "api.openai.com", 443)
+            assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "openai"
+            assert a["gen_ai.request.model"] == "gpt-4.1"
+            assert a["gen_ai.response.model"] == "gpt-4.1-2025-04-14"
+            assert (a["server.address"], a["server.port"]) == ("api.openai.com", 443)
+
+
+def test_the_opt_in_reads_opentelemetrys_comma_separated_list():
+    opted = otel.legacy_names_opted_in
+    assert opted({"OTEL_SEMCONV_STABILITY_OPT_IN": "http, gen_ai/dup"})
+    assert not opted({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"})
+    assert not opted({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai"}) and not opted({})
+
+
+def test_opted_in_the_earlier_token_metrics_are_recorded_beside_the_current_ones(opted_in,
+                                                                                 reader):
+    t = timeline()
+    t.reasoning_output_tokens = 2
+    record(t)
+    data = metric_points(reader)
+    assert set(data) == CURRENT_METRICS | LEGACY_METRICS
+
+    def only(name):
+        [point] = data[name].data.data_points
+        return point
+
+    for name, value in (("gen_ai.client.inference.usage.input_tokens", 1200),
+                        ("gen_ai.client.inference.usage.output_tokens", 3),
+                        ("gen_ai.client.inference.usage.cache_read.input_tokens", 1024),
+                        ("gen_ai.client.inference.usage.reasoning.output_tokens", 2)):
+        point = only(name)
+        assert point.value == value and data[name].data.is_monotonic, name
+        assert dict(point.attributes)["gen_ai.token.modality"] == "unknown"
+    assert only("gen_ai.client.inference.operation.input_tokens").sum == 1200
+    assert only("gen_ai.client.inference.operation.output_tokens").sum == 3
+
+
+def test_token_usage_is_one_histogram_by_token_type(reader):
+    record(timeline())
+    [usage] = [metric_points(reader)["gen_ai.client.token.usage"]]
+    by_type = {dict(p.attributes)["gen_ai.token.type"]: p for p in usage.data.data_points}
+    assert set(by_type) == {"input", "output"}
+    assert (by_type["input"].sum, by_type["output"].sum) == (1200, 3)  # input counts cached
+    assert all(p.count == 1 for p in by_type.values())
+    assert tuple(by_type["input"].explicit_bounds) == otel.TOKEN_BOUNDARIES
 
 
 def test_time_per_output_chunk_records_each_chunk_after_the_first(reader):
@@ -224,42 +314,17 @@ def test_histograms_advise_the_conventions_bucket_boundaries(reader):
                  names.OTEL_TIME_PER_OUTPUT_CHUNK):
         point = data[name].data.data_points[0]
         assert tuple(point.explicit_bounds) == otel.SECONDS_BOUNDARIES, name
-    for name in (names.OTEL_OPERATION_INPUT_TOKENS, names.OTEL_OPERATION_OUTPUT_TOKENS):
-        point = data[name].data.data_points[0]
-        assert tuple(point.explicit_bounds) == (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536,
-                                                262144, 1048576, 4194304, 16777216, 67108864)
+    point = data[names.OTEL_TOKEN_USAGE].data.data_points[0]
+    assert tuple(point.explicit_bounds) == (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536,
+                                            262144, 1048576, 4194304, 16777216, 67108864)
 
 
-def test_token_usage_counters_and_per_operation_histograms(reader):
-    t = timeline()
-    t.reasoning_output_tokens = 2
-    record(t)
-    data = metric_points(reader)
-
-    def only(name):
-        [point] = data[name].data.data_points
-        return point
-
-    for name, value in ((names.OTEL_USAGE_INPUT_TOKENS, 1200),
-                        (names.OTEL_USAGE_OUTPUT_TOKENS, 3),
-                        (names.OTEL_USAGE_CACHE_READ_TOKENS, 1024),
-                        (names.OTEL_USAGE_REASONING_TOKENS, 2)):
-        point = only(name)
-        assert point.value == value and data[name].data.is_monotonic, name
-        assert dict(point.attributes)[names.ATTR_TOKEN_MODALITY] == "unknown"
-    assert only(names.OTEL_OPERATION_INPUT_TOKENS).sum == 1200
-    assert only(names.OTEL_OPERATION_OUTPUT_TOKENS).sum == 3
-
-
-def test_a_failed_call_records_zero_tokens_and_its_error_type(reader):
+def test_a_failed_call_without_usage_records_no_tokens_and_its_error_type(reader):
+    """The conventions: no usage metric where the count is not available."""
     t = CallTimeline(start=0, model="m", provider="openai", route="r")
     t.end, t.outcome = 100 * MS, names.TIMEOUT
     record(t)
     data = metric_points(reader)
-    [op_input] = data[names.OTEL_OPERATION_INPUT_TOKENS].data.data_points
-    assert op_input.sum == 0 and dict(op_input.attributes)[names.ATTR_ERROR_TYPE] == "timeout"
-    [usage] = data[names.OTEL_USAGE_INPUT_TOKENS].data.data_points
-    assert usage.value == 0 and names.ATTR_ERROR_TYPE not in dict(usage.attributes)
+    assert names.OTEL_TOKEN_USAGE not in data
     [duration] = data[names.OTEL_OPERATION_DURATION].data.data_points
     assert dict(duration.attributes)[names.ATTR_ERROR_TYPE] == "timeout"
-    assert names.OTEL_USAGE_CACHE_READ_TOKENS not in data  # not reported: not recorded

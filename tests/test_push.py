@@ -243,9 +243,9 @@ def test_a_retry_of_an_applied_batch_is_not_counted_twice():
         flusher = push.Flusher(agg.url, config, rec)
         call(rec, 1234)
         flusher._collect(final=False)
-        body = flusher._pending[0].body
+        batch = flusher._pending[0]
         for _ in range(3):  # the ack was lost: the worker sends the same batch again
-            assert flusher._post(body)[0] == 200
+            assert flusher._post(batch).status == 200
         assert agg.calls() == 1
         assert agg.aggregator.batches == {names.PUSH_APPLIED: 1, names.PUSH_DUPLICATE: 2}
     finally:

@@ -92,8 +92,9 @@ def test_record_call_records_what_observe_records_value_by_value() -> None:
 
 
 def test_streamed_calls_with_every_value_present_or_absent() -> None:
-    # streamed calls with reasoning, decode and inter-token gaps, next to calls missing any
-    # subset of the values, with and without a tenant, record what the value-by-value
+    # streamed calls with reasoning, decode and inter-token gaps, the server's own queue and
+    # prefill, next to calls missing any subset of the values, with and without a tenant,
+    # record what the value-by-value
     # reference records; a trace id leaves its exemplar on the windowed families only
     labels = LabelConfig(max_tenants=4, max_models=3, max_series=400)
     recorder, store = Recorder(Config(labels=labels)), Store(Config(labels=labels))
@@ -110,7 +111,9 @@ def test_streamed_calls_with_every_value_present_or_absent() -> None:
             end=stamps[8], input_tokens=rng.choice([None, 0, 120]),
             output_tokens=rng.choice([None, 1, 40]), cached_input_tokens=rng.choice([None, 8]),
             max_tokens=rng.choice([None, 256]), outcome=names.OK,
-            trace_id=f"{i:032x}" if rng.random() < 0.5 else None)
+            trace_id=f"{i:032x}" if rng.random() < 0.5 else None,
+            server_queue=rng.choice([None, 0, 30 * 10**6]),
+            server_prefill=rng.choice([None, 120 * 10**6, 2 * 10**9]))
         if rng.random() < 0.7:
             for at in stamps[4:4 + rng.randrange(1, 5)]:
                 t.token(at, rng.choice([names.CONTENT, names.REASONING]))
@@ -128,6 +131,8 @@ def test_streamed_calls_with_every_value_present_or_absent() -> None:
                 (other.hist.count, other.hist.total, other.pending), (name, values)
             assert (series.exemplars is not None) <= (name in windowed), name
     assert any(s.exemplars for name in windowed for s in recorder.families[name].series.values())
+    for family in (names.SERVER_QUEUE, names.SERVER_PREFILL, names.OUTSIDE_SERVER):
+        assert recorder.families[family.name].series, family.name
     assert recorder.rows[names.REQUESTS_TOTAL] == store.rows[names.REQUESTS_TOTAL]
     assert recorder.rows[names.SELF_DROPS] == store.rows[names.SELF_DROPS]
 

@@ -1,6 +1,7 @@
 """The aiohttp exporter on a real loopback port: negotiation, gzip, health, promtool lint."""
 
 import gzip
+import http.client
 import subprocess
 import urllib.request
 
@@ -50,6 +51,24 @@ def test_openmetrics_and_gzip_when_asked(server):
     text = gzip.decompress(body)
     assert text.endswith(b"# EOF\n")
     assert b"# TYPE llm_client_requests counter\n" in text
+
+
+def test_head_sends_the_headers_of_get_and_no_body(server):
+    """On one kept-alive connection: a body after HEAD's headers would be read as the next
+    answer's status line."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.request("HEAD", "/metrics")
+        head = connection.getresponse()
+        assert head.status == 200 and head.read() == b""
+        connection.request("GET", "/metrics")
+        get = connection.getresponse()
+        body = get.read()
+        assert get.status == 200 and int(get.headers["Content-Length"]) == len(body)
+        # (the two renders differ by the previous scrape's duration: a few bytes)
+        assert abs(int(head.headers["Content-Length"]) - len(body)) < 100 < len(body)
+    finally:
+        connection.close()
 
 
 def test_healthz(server):

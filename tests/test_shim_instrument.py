@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import importlib.util
 import re
 import tomllib
@@ -28,9 +29,15 @@ server = support.server
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
+def hooks_of(patch) -> list[tuple[type, str, object]]:
+    """Every hook of an SDK patch, its modules imported."""
+    return [hook for name, hooks_in in patch.targets().items()
+            for hook in hooks_in(importlib.import_module(name))]
+
+
 def hook_points():
-    return [(owner, attr) for module in (shim_openai, shim_anthropic)
-            for owner, attr, _ in module.targets()]
+    return [(owner, attr) for patch in (shim_openai, shim_anthropic)
+            for owner, attr, _ in hooks_of(patch)]
 
 
 def snapshot():
@@ -194,6 +201,6 @@ def test_installed_sdk_is_a_declared_version_and_every_hook_point_exists(package
     installed = version(package)
     assert _tuple(low) <= _tuple(installed) < _tuple(high), (package, installed, low, high)
     module = {"openai": shim_openai, "anthropic": shim_anthropic}[package]
-    for owner, attr, _ in module.targets():
+    for owner, attr, _ in hooks_of(module):
         assert callable(getattr(owner, attr)), (owner, attr)
     assert instrument_module.SDKS[package] == module.__name__

@@ -102,6 +102,30 @@ def recorded(instrumented) -> Recorded:
     return Recorded()
 
 
+#: Time families whose values the server reported (the same on every run of one answer).
+SERVER_REPORTED = {names.SERVER_QUEUE.name, names.SERVER_PREFILL.name}
+
+
+def what_was_recorded(recorder) -> dict:
+    """Everything a recorder holds, as a comparable value: per histogram family, each series'
+    labels with its count of values, and the sum of its values where the family is not a
+    time the client measured (those differ from one run of a call to the next; token counts,
+    the server's own times and labels do not); every counter row with its count. Two paths
+    recording the same call must agree on it."""
+    out: dict = {}
+    for name, state in recorder.families.items():
+        timed = state.family.unit == "seconds" and name not in SERVER_REPORTED
+        series = {s.values: (h.count, None if timed else h.total)
+                  for s, h in recorder.folded_copies(state)}
+        if series:
+            out[name] = series
+    for name, rows in recorder.counts().rows.items():
+        rows = {row: n for row, n in rows.items() if n}
+        if rows:
+            out[name] = rows
+    return out
+
+
 def requests_total() -> dict:
     return dict(runtime.state().recorder.rows[names.REQUESTS_TOTAL])
 
@@ -237,11 +261,39 @@ def test_trace_stamps_new_and_reused_connections():
     assert derive(reused).phases["connect"] == 0
 
 
-def test_c_trace_extension_steps_as_the_python_one(monkeypatch):
+@pytest.fixture
+def network_streams():
+    """httpcore's own network stream over a loopback connection, open and closed."""
+    import socket
+
+    from httpcore2._backends.sync import SyncStream
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        opened = socket.create_connection(listener.getsockname())
+        closed = socket.create_connection(listener.getsockname())
+        closed.close()
+        yield SyncStream(opened), SyncStream(closed), "127.0.0.1:%d" % listener.getsockname()[1]
+        opened.close()
+
+
+def test_a_new_connection_names_its_address_while_it_is_open(network_streams):
+    opened, closed, address = network_streams
+    t = CallTimeline(start=0)
+    httpx_trace.stamp(t, "connection.connect_tcp.complete", {"return_value": opened})
+    assert t.upstream_address == address
+    httpx_trace.stamp(t, "connection.start_tls.complete", {"return_value": closed})
+    assert t.upstream_address == address  # the first seen stays
+    gone = CallTimeline(start=0)
+    httpx_trace.stamp(gone, "connection.connect_tcp.complete", {"return_value": closed})
+    assert gone.upstream_address is None and gone.connected is not None  # no address: None
+
+
+def test_c_trace_extension_steps_as_the_python_one(monkeypatch, network_streams):
     # any sequence of httpcore's events (known, failed, unknown), with or without response
-    # headers (a processing time, a bad one, none), a header callback that fails, a stream
-    # open or ended: the C extension (`Tracer`) stamps the same fields in the same order,
-    # reports the close and counts the drops as `SdkCall.__call__` does
+    # headers (a processing time, a bad one, a region, none), a connection's stream (open,
+    # closed), a header or connect callback that fails, a stream open or ended: the C
+    # extension (`Tracer`) stamps the same fields in the same order, notes the same address and
+    # region, reports the close and counts the drops as `SdkCall.__call__` does
     hypothesis = pytest.importorskip("hypothesis")
     from hypothesis import given, settings, strategies as st
 
@@ -250,11 +302,15 @@ def test_c_trace_extension_steps_as_the_python_one(monkeypatch):
 
     if not built_in_c("_hottrace.Tracer", httpx_trace.Tracer is not None):
         pytest.skip("no C compiler here: the call itself is the trace extension")
-    headers = [(b"content-type", b"text/event-stream"), (b"Openai-Processing-Ms", b"12")]
+    opened, closed, _ = network_streams
+    headers = [(b"content-type", b"text/event-stream"), (b"Openai-Processing-Ms", b"12"),
+               (b"X-Region", b"eu"), (b"x-ms-region", b"West Europe")]
     info = st.sampled_from([None, {}, {"return_value": (b"HTTP/1.1", 200, b"OK", headers)},
                             {"return_value": (b"HTTP/1.1", 200, b"OK", [(b"openai-processing-ms",
                                                                          b"x")])},
-                            {"return_value": None}, {"boom": True}])
+                            {"return_value": (b"HTTP/1.1", 200, b"OK", headers[2:3])},
+                            {"return_value": None}, {"return_value": opened},
+                            {"return_value": closed}, {"boom": True}])
     event = st.sampled_from([*httpx_trace.EVENTS, "connection.connect_tcp.failed",
                              "http11.receive_response_body.started", "unknown"])
     real_note_headers = httpx_trace.note_headers
@@ -264,7 +320,15 @@ def test_c_trace_extension_steps_as_the_python_one(monkeypatch):
             raise RuntimeError("a bug in the headers callback")
         real_note_headers(t, now, info)
 
+    real_note_connected = httpx_trace.note_connected
+
+    def note_connected(t, info):
+        if "boom" in info:
+            raise RuntimeError("a bug in the connect callback")
+        real_note_connected(t, info)
+
     monkeypatch.setattr(httpx_trace, "note_headers", note_headers)
+    monkeypatch.setattr(httpx_trace, "note_connected", note_connected)
 
     def run(c_extension, events, streaming, finished):
         t = CallTimeline(start=0)
@@ -272,14 +336,15 @@ def test_c_trace_extension_steps_as_the_python_one(monkeypatch):
         call = SimpleNamespace(timeline=t, streaming=streaming, _finished=finished,
                                _closed=lambda: log.append("closed"),
                                count_drop=lambda: log.append("drop"))
-        tracer = httpx_trace.Tracer(call, t, httpx_trace.EVENTS, note_headers) if c_extension \
-            else lambda name, info: SdkCall.__call__(call, name, info)
+        tracer = httpx_trace.Tracer(call, t, httpx_trace.EVENTS, note_headers, note_connected) \
+            if c_extension else lambda name, info: SdkCall.__call__(call, name, info)
         for name, details in events:
             assert tracer(name, details) is None
         stamps = (t.dispatched, t.connected, t.sent, t.headers)
         return ([s is None for s in stamps], t.connected is not None and
                 t.connected == t.dispatched, sorted(range(4), key=lambda k: (
-                    stamps[k] is None, stamps[k] or 0, k)), t.round_trip is None, log)
+                    stamps[k] is None, stamps[k] or 0, k)), t.round_trip is None, log,
+                t.upstream_address, t.upstream_region)
 
     @settings(max_examples=500, deadline=None, derandomize=True)
     @given(st.lists(st.tuples(event, info), max_size=14), st.booleans(), st.booleans())

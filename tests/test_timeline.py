@@ -102,6 +102,32 @@ def test_tpot_uses_usage_count_over_event_count(derive):
     assert derive(t).tpot == 10_000
 
 
+def test_the_servers_own_queue_and_prefill_and_what_lies_outside_them(derive):
+    # a stream whose server says it queued 40 ms and took 150 ms to its first token, which
+    # reached the client 230 ms after the call: 40 ms of it outside the server
+    t = timeline(server_queue=40, server_prefill=150)
+    t.token(230 * MS)
+    t.token(260 * MS)
+    d = derive(t)
+    assert (d.server_queue, d.server_prefill, d.outside_server) == (40_000, 150_000, 40_000)
+    t.server_queue = None  # llama.cpp reports no queue: it is outside its account
+    assert derive(t).outside_server == 80_000
+    t.server_prefill = 300 * MS  # more than the client saw (coarse server clocks): 0
+    assert derive(t)[12:] == (None, 300_000, 0)
+    unreported = timeline()
+    unreported.token(230 * MS)
+    assert derive(unreported)[12:] == (None, None, None)
+
+
+def test_a_non_streamed_call_has_no_part_outside_the_server(derive):
+    # its first token is the whole body: the server's decode is in its ttft
+    t = timeline(first_token=900, first_answer_token=900, end=900, server_queue=40,
+                 server_prefill=150)
+    d = derive(t)
+    assert d.ttft == 900_000 and (d.server_queue, d.server_prefill) == (40_000, 150_000)
+    assert d.outside_server is None
+
+
 def test_out_of_order_stamps_are_not_derived():
     t = timeline(sent=10, headers=5)
     assert "server" not in phases(t)
@@ -130,7 +156,8 @@ def _outcome(function, t: CallTimeline):
         d = function(t)
     except Exception as exc:  # noqa: BLE001 - the very exception is what is compared
         return type(exc)
-    return type(d), [(type(value), value) for value in d[:10]], list(d.phases.items()), d.gaps
+    return (type(d), [(type(value), value) for value in d[:10] + d[12:]],
+            list(d.phases.items()), d.gaps)
 
 
 def test_c_derive_is_the_python_definition_for_any_timeline():
@@ -160,14 +187,19 @@ def test_c_derive_is_the_python_definition_for_any_timeline():
     fields = ("start", "dispatched", "connected", "sent", "headers", "first_token",
               "first_answer_token", "end")
 
+    # the server's own queue and prefill (ns): none, plausible, or anything
+    server = st.one_of(st.none(), st.integers(0, 10**10), count)
+
     @settings(max_examples=3000, deadline=None, derandomize=True)
     @given(st.tuples(*(stamp for _ in fields)), times, st.tuples(count, count, count, count),
-           st.one_of(st.integers(0, 3), st.sampled_from([None, -1, 2**64])))
-    def check(stamps, token_times, counts, reasoning_events):
+           st.one_of(st.integers(0, 3), st.sampled_from([None, -1, 2**64])),
+           st.tuples(server, server))
+    def check(stamps, token_times, counts, reasoning_events, server_account):
         t = CallTimeline(start=0, token_times=token_times, reasoning_events=reasoning_events)
         for name, value in zip(fields, stamps):
             setattr(t, name, value)
         (t.input_tokens, t.output_tokens, t.cached_input_tokens, t.max_tokens) = counts
+        t.server_queue, t.server_prefill = server_account
         assert _outcome(DERIVE_IN_C, t) == _outcome(derive_in_python, t)
 
     check()

@@ -102,10 +102,9 @@ def test_anthropic_span_has_the_message_id_stop_reason_and_no_ttfc_unstreamed(
     assert names.ATTR_TIME_TO_FIRST_CHUNK not in unstreamed.attributes
 
 
-def test_reasoning_tokens_and_per_chunk_metrics_through_the_sdk(server, instrumented,
-                                                                monkeypatch):
-    """openai's usage reports reasoning tokens; with otel.metrics the SDK call records one
-    time-per-output-chunk value per chunk after the first, and its reasoning tokens."""
+def test_per_chunk_and_token_metrics_through_the_sdk(server, instrumented, monkeypatch):
+    """With otel.metrics the SDK call records one time-per-output-chunk value per chunk after
+    the first, and its usage as `gen_ai.client.token.usage` by token type."""
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     monkeypatch.setattr(otel.metrics, "get_meter_provider", lambda: provider)
@@ -118,9 +117,32 @@ def test_reasoning_tokens_and_per_chunk_metrics_through_the_sdk(server, instrume
             for sm in rm.scope_metrics for m in sm.metrics}
     [per_chunk] = data[names.OTEL_TIME_PER_OUTPUT_CHUNK].data.data_points
     assert per_chunk.count == 4 + 5 - 1
-    [reasoning] = data[names.OTEL_USAGE_REASONING_TOKENS].data.data_points
-    assert reasoning.value == 4
-    assert dict(reasoning.attributes)[names.ATTR_PROVIDER] == "openai"
+    usage = {dict(p.attributes)["gen_ai.token.type"]: p
+             for p in data["gen_ai.client.token.usage"].data.data_points}
+    assert usage["output"].sum == 4 + 5  # reasoning tokens are output tokens
+    assert dict(usage["output"].attributes)[names.ATTR_PROVIDER] == "openai"
+
+
+def test_anthropic_span_has_exactly_the_current_genai_attributes_and_its_cache_write(
+        server, instrumented, spans):
+    """The cache write Anthropic reports (`cache_creation_input_tokens`) is the span's
+    `gen_ai.usage.cache_write.input_tokens`; its input tokens include the cached ones."""
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    with client.messages.stream(model="claude", max_tokens=10, messages=MESSAGES,
+                                extra_headers=script(tokens=3, input_tokens=300,
+                                                     cached_tokens=200)) as stream:
+        stream.get_final_message()
+    [span] = [s for s in spans.get_finished_spans() if s.name == "chat claude"]
+    a = span.attributes
+    assert {key for key in a if key.startswith("gen_ai.")} == {
+        "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model",
+        "gen_ai.response.model", "gen_ai.request.stream", "gen_ai.response.id",
+        "gen_ai.response.finish_reasons", "gen_ai.response.time_to_first_chunk",
+        "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+        "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_write.input_tokens"}
+    assert a["gen_ai.usage.cache_write.input_tokens"] == 0  # what the demo provider reports
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.cache_read.input_tokens"]) == (
+        300, 200)
 
 
 def test_traceparent_can_be_turned_off(server, instrumented, spans):

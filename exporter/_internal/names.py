@@ -193,6 +193,20 @@ PHASE_FAMILY = Family(
     "llm_client_phase_seconds", "seconds",
     "Time spent in each phase of the call (queue, connect, send, server, prefill, reasoning, "
     "decode).", False, extra_label=PHASE)
+SERVER_QUEUE = Family(
+    "llm_client_server_queue_seconds", "seconds",
+    "Per call whose server reported it (vLLM's per-request metrics): the time the request "
+    "waited in the server's queue before it was scheduled.", False, per_call="server_queue")
+SERVER_PREFILL = Family(
+    "llm_client_server_prefill_seconds", "seconds",
+    "Per call whose server reported it: the server's own time to its first token, from "
+    "scheduling the request (vLLM) or from starting on the prompt (llama.cpp).", False,
+    per_call="server_prefill")
+OUTSIDE_SERVER = Family(
+    "llm_client_time_to_first_token_outside_server_seconds", "seconds",
+    "Per streamed call whose server reported its prefill: time to first token - (server "
+    "queue + server prefill): the client's queue, the network, gateways and the server's "
+    "HTTP layer.", False, per_call="outside_server")
 INPUT_TOKENS = Family(
     "llm_client_input_tokens", "tokens", "Input tokens per call, from the provider's usage.", False,
     per_call="input_tokens")
@@ -228,7 +242,7 @@ TASK_CRITICAL_PATH = Family(
 
 HISTOGRAMS: tuple[Family, ...] = (
     TTFT, FIRST_ANSWER, ITL, TPOT, STALL, DURATION, PHASE_FAMILY,
-    INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, REQUESTED_MAX_TOKENS, MAX_TOKENS_HEADROOM,
+    SERVER_QUEUE, SERVER_PREFILL, OUTSIDE_SERVER, INPUT_TOKENS, OUTPUT_TOKENS, CACHED_INPUT_TOKENS, REQUESTED_MAX_TOKENS, MAX_TOKENS_HEADROOM,
     TASK_DURATION, TASK_STEPS, TASK_TIME, TASK_CRITICAL_PATH,
 )
 HISTOGRAMS_BY_NAME: dict[str, Family] = {f.name: f for f in HISTOGRAMS}
@@ -261,7 +275,8 @@ LIKELY_CAUSE = "llm_ttft_likely_cause"
 WATCH_EVALUATIONS = "ttft_exporter_watch_evaluations_total"  # {outcome}: ok, error
 WATCH_SECONDS = "ttft_exporter_watch_evaluation_seconds"
 WATCH_LAST_SUCCESS = "ttft_exporter_watch_last_success_timestamp_seconds"
-SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"  # {reason}: limit, slow, shed
+#: {reason}: limit, slow, shed, unread, large (expose/connection_guard.py)
+SELF_HTTP_CLOSED = "ttft_exporter_http_connections_closed_total"
 
 # Reasons for a counted drop (label ``reason`` of SELF_DROPS).
 DROP_SERIES_LIMIT = "series_limit"
@@ -399,18 +414,21 @@ PUSH_APPLIED = "applied"
 PUSH_DUPLICATE = "duplicate"
 PUSH_RESULTS: tuple[str, ...] = (PUSH_APPLIED, PUSH_DUPLICATE)
 
-# --- OpenTelemetry GenAI names (docs/tracing.md: which version of the conventions) ------------
+# --- OpenTelemetry GenAI names (docs/tracing.md: which text of the conventions) --------------
 OTEL_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 OTEL_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
 OTEL_OPERATION_DURATION = "gen_ai.client.operation.duration"
-#: Token counters (they replace the `gen_ai.client.token.usage` histogram) ...
-OTEL_USAGE_INPUT_TOKENS = "gen_ai.client.inference.usage.input_tokens"
-OTEL_USAGE_OUTPUT_TOKENS = "gen_ai.client.inference.usage.output_tokens"
-OTEL_USAGE_CACHE_READ_TOKENS = "gen_ai.client.inference.usage.cache_read.input_tokens"
-OTEL_USAGE_REASONING_TOKENS = "gen_ai.client.inference.usage.reasoning.output_tokens"
-#: ... and the per-operation token histograms.
-OTEL_OPERATION_INPUT_TOKENS = "gen_ai.client.inference.operation.input_tokens"
-OTEL_OPERATION_OUTPUT_TOKENS = "gen_ai.client.inference.operation.output_tokens"
+#: Input and output tokens per operation, told apart by `gen_ai.token.type`.
+OTEL_TOKEN_USAGE = "gen_ai.client.token.usage"
+#: The token metrics this project emitted before (a proposal of the conventions that was not
+#: merged): served beside the current ones only on opt-in (OTEL_SEMCONV_STABILITY_OPT_IN
+#: `gen_ai/dup`, shim/otel.py). Counters, then the per-operation histograms.
+LEGACY_USAGE_INPUT_TOKENS = "gen_ai.client.inference.usage.input_tokens"
+LEGACY_USAGE_OUTPUT_TOKENS = "gen_ai.client.inference.usage.output_tokens"
+LEGACY_USAGE_CACHE_READ_TOKENS = "gen_ai.client.inference.usage.cache_read.input_tokens"
+LEGACY_USAGE_REASONING_TOKENS = "gen_ai.client.inference.usage.reasoning.output_tokens"
+LEGACY_OPERATION_INPUT_TOKENS = "gen_ai.client.inference.operation.input_tokens"
+LEGACY_OPERATION_OUTPUT_TOKENS = "gen_ai.client.inference.operation.output_tokens"
 
 # Span and metric attributes: the GenAI semantic conventions, then this project's own.
 ATTR_OPERATION = "gen_ai.operation.name"
@@ -424,8 +442,15 @@ ATTR_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 ATTR_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 ATTR_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ATTR_CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+ATTR_CACHE_WRITE_TOKENS = "gen_ai.usage.cache_write.input_tokens"
 ATTR_REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
-ATTR_TOKEN_MODALITY = "gen_ai.token.modality"
+ATTR_TOKEN_TYPE = "gen_ai.token.type"  # of OTEL_TOKEN_USAGE: TOKEN_INPUT or TOKEN_OUTPUT
+TOKEN_INPUT = "input"
+TOKEN_OUTPUT = "output"
+#: Earlier names, set beside the current ones only on opt-in (`gen_ai/dup`): the cache write's
+#: name before the conventions renamed it, the modality of the legacy token counters.
+LEGACY_ATTR_CACHE_CREATION_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+LEGACY_ATTR_TOKEN_MODALITY = "gen_ai.token.modality"
 ATTR_SERVER_ADDRESS = "server.address"
 ATTR_SERVER_PORT = "server.port"
 ATTR_ERROR_TYPE = "error.type"

@@ -16,6 +16,12 @@ outside the state lock, and never waits on the network (a retired flusher makes 
 on its own thread). At exit a pushing process makes its last push; after fork() a pushing child
 starts afresh (new recorder, worker id and flusher: the parent's data is the parent's to push),
 and any child gets fresh locks (a lock another thread held at fork time is never released).
+
+Only names and this module load with `import exporter`: the config's types, the recorder and
+the renderer are imported when the state is first built (the first call, `configure()`, or
+`start_http_server()`), the server by `start_http_server()`, the collector by `collector()`,
+the push worker when a push URL is set, the YAML loader by `configure()` from a file or a dict
+(docs/performance.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -28,18 +34,26 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from . import names
-from .config.loader import load
-from .config.settings import Config
-from .expose.collector import ExporterCollector
-from .expose.server import DEFAULT_ADDR, DEFAULT_PORT, ExporterServer, create_app
-from .expose.text import ExtraFamilies, Renderer
-from .fleet.push import Flusher, push_url
-from .record.recorder import Recorder
+
+if TYPE_CHECKING:  # imported where first used: the caller's process loads none of it at start
+    from .config.settings import Config
+    from .expose.collector import ExporterCollector
+    from .expose.server import ExporterServer
+    from .expose.text import ExtraFamilies, Renderer
+    from .fleet.push import Flusher
+    from .record.recorder import Recorder
 
 log = logging.getLogger("exporter.runtime")
+
+#: fleet.push's ENV_URL, read here so that deciding the role imports the push worker only when
+#: a push URL may be set (tests/test_startup.py holds the two equal).
+_PUSH_URL_ENV = "TTFT_EXPORTER_PUSH_URL"
+#: start_http_server's defaults: the config's `server.addr` and `server.port` defaults, written
+#: here so that `import exporter` builds none of the config's types (held equal by the test).
+DEFAULT_ADDR, DEFAULT_PORT = "127.0.0.1", 9469
 
 
 class Role(enum.Enum):
@@ -71,10 +85,22 @@ _stopping: list[Flusher] = []  # making their last push at exit
 def _role_for(config: Config) -> Role:
     if _aggregator:
         return Role.AGGREGATOR
-    return Role.PUSH_WORKER if push_url(config) else Role.IN_PROCESS
+    return Role.PUSH_WORKER if _push_url(config) else Role.IN_PROCESS
+
+
+def _push_url(config: Config) -> str:
+    """fleet.push.push_url, the push worker imported only when a push URL may be set."""
+    if not config.push_url and _PUSH_URL_ENV not in os.environ:
+        return ""
+    from .fleet.push import push_url
+
+    return push_url(config)
 
 
 def _new_state(config: Config) -> State:
+    from .expose.text import Renderer
+    from .record.recorder import Recorder
+
     recorder = Recorder(config)
     return State(config, recorder, Renderer(recorder, _extra), _role_for(config))
 
@@ -83,6 +109,8 @@ def state() -> State:
     """The current state, created with the defaults on first use."""
     current = _state
     if current is None:
+        from .config.settings import Config
+
         return _install(Config())
     return current
 
@@ -90,7 +118,14 @@ def state() -> State:
 def configure(source: str | os.PathLike[str] | Mapping[str, Any] | Config | None = None
               ) -> Config:
     """Load and validate a config (raises ConfigError on a mistake), then use it from now on."""
-    config = source if isinstance(source, Config) else load(source)
+    from .config.settings import Config
+
+    if isinstance(source, Config):
+        config = source
+    else:
+        from .config.loader import load
+
+        config = load(source)
     _install(config, replace=True)
     return config
 
@@ -101,6 +136,8 @@ def become_aggregator(config: Config, recorder: Recorder, self_metrics: ExtraFam
     merges the workers' pushes (and `self_metrics`, rendered after the recorder's families),
     and never pushes itself."""
     global _aggregator, _extra, _state
+    from .expose.text import Renderer
+
     _aggregator, _extra = True, self_metrics
     with _lock:
         new = _state = State(config, recorder, Renderer(recorder, self_metrics),
@@ -122,7 +159,7 @@ def _install(config: Config, replace: bool = False) -> State:
 def _wire_push(new: State) -> None:
     """Start, follow or retire the flusher for the state just installed (no network waits)."""
     global _flusher
-    url = push_url(new.config) if new.role is Role.PUSH_WORKER else ""
+    url = _push_url(new.config) if new.role is Role.PUSH_WORKER else ""
     with _wiring:
         if _state is not new:  # a later configure() won the race; it wires itself
             return
@@ -139,6 +176,8 @@ def _wire_push(new: State) -> None:
         if not url:
             return
         try:
+            from .fleet.push import Flusher
+
             _flusher = Flusher(url, new.config, new.recorder).start()
             new.renderer.extra = _flusher.families  # the worker's own push counters
         except ValueError as e:
@@ -152,12 +191,16 @@ def start_http_server(port: int = DEFAULT_PORT, addr: str = DEFAULT_ADDR) -> Exp
 
     Raises OSError naming the address when it cannot listen (the port is taken, say): the app
     decides whether to go on without /metrics."""
+    from .expose.server import ExporterServer, create_app
+
     return ExporterServer(create_app(_renderer), addr, port,
                           config=state().config.server).start()
 
 
 def collector() -> ExporterCollector:
     """A prometheus_client collector of the process-wide state current at each scrape."""
+    from .expose.collector import ExporterCollector
+
     return ExporterCollector(_renderer)
 
 

@@ -125,3 +125,127 @@ def test_the_aggregator_bounds_the_union_of_its_workers():
     counters = agg.recorder.counts()
     assert sum(counters.rows[names.REQUESTS_TOTAL].values()) == 6 * 300
     assert sum(counters.rows[names.REQUESTS_IN_FLIGHT].values()) == 6
+
+
+# --- label expiry: caps a hostile client filled are freed, through the store and the scrape ---
+
+def tenant_rows(rec: Recorder) -> dict[str, int]:
+    """Requests by tenant, as the store holds them."""
+    out: dict[str, int] = {}
+    for row, n in rec.counts().rows[names.REQUESTS_TOTAL].items():
+        out[row[4]] = out.get(row[4], 0) + n
+    return out
+
+
+def served_tenants(body: bytes) -> dict[str, float]:
+    """Requests by tenant, as a scrape shows them."""
+    out: dict[str, float] = {}
+    for line in body.decode().splitlines():
+        if line.startswith(names.REQUESTS_TOTAL + "{"):
+            tenant = line.split('tenant="', 1)[1].split('"', 1)[0]
+            out[tenant] = out.get(tenant, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_tenant_caps_a_hostile_client_filled_free_after_the_expiry_and_their_series_go():
+    """A client that controls the tenant header fills the (model, route)'s tenant cap with
+    forged values, then stops. A real tenant calling all along keeps its slot and its count;
+    a newcomer folds into __other__ until the forged values have been unseen for
+    `labels.expire_seconds`, then gets its own series, and the forged series leave the store
+    and the scrape (the series count and the guard shrink back). A forged value that comes
+    back starts from zero, and a scraper sees it at zero first (its debut), so rate() counts
+    its new calls and only those."""
+    from tests.support.clock import ManualClock
+
+    from exporter._internal.expose.textformat import TEXT
+
+    clock = ManualClock()
+    rec = Recorder(load({"labels": {"max_tenants": 4, "expire_seconds": 60}}), clock=clock)
+    renderer = Renderer(rec)
+    calls = [0]
+
+    def scrape() -> bytes:
+        """A scrape by Prometheus, its body delivered (its debuts used up)."""
+        answer = renderer.scrape(TEXT, "prom")
+        renderer.delivered(answer.delivery)
+        return answer.body
+
+    def one(tenant: str) -> None:
+        calls[0] += 1
+        call(rec, calls[0], "m", "/chat", tenant)
+
+    one("gold")
+    for i in range(20):
+        one(f"forged-{i}")
+    one("newcomer")
+    assert set(tenant_rows(rec)) == {"gold", "forged-0", "forged-1", "forged-2",
+                                     names.OTHER_TENANT}
+    scrape()
+    series_full = rec.counts().series
+    for _ in range(5):  # 75 s: gold calls every 15 s, the newcomer too; scrapes every 15 s
+        clock.advance(15)
+        one("gold")
+        one("newcomer")
+        scrape()  # (the last one frees the forged slots)
+    one("newcomer")
+    rows = tenant_rows(rec)
+    assert rows.get("newcomer") == 1 and not any(t.startswith("forged") for t in rows), rows
+    assert rows["gold"] == 6  # never evicted, never reset
+    served = served_tenants(renderer.render())
+    assert not any(t.startswith("forged") for t in served) and served["gold"] == 6
+    assert rec.counts().series < series_full
+    assert sum(len(v) for v in rec.guard._tenants.values()) == 2  # gold, newcomer
+    assert sum(len(s.series) for s in rec.families.values()) == rec.counts().series
+    # a forged value that comes back is a new series: from zero, seen at zero first
+    one("forged-0")
+    assert tenant_rows(rec)["forged-0"] == 1
+    assert served_tenants(scrape())["forged-0"] == 0.0
+    assert served_tenants(scrape())["forged-0"] == 1.0
+
+
+def test_an_aggregators_snapshot_does_not_hold_the_caps_for_good(tmp_path):
+    """The snapshot brings every tenant back at restart (they fill the caps again); those no
+    worker pushes any more expire `labels.expire_seconds` after the restart, and the next
+    snapshot no longer holds them."""
+    from exporter._internal.fleet.journal import StateFiles
+    from tests.support.clock import ManualClock
+
+    config = load({"labels": {"max_tenants": 3, "expire_seconds": 60},
+                   "aggregator": {"snapshot_path": str(tmp_path / "state")}})
+    first = Aggregator(config)
+    worker = Recorder(config)
+    for i in range(3):
+        call(worker, i, "m", "/chat", f"forged-{i}")
+    delta = take(worker)
+    delta.worker, delta.seq, delta.interval = "w", 1, 5.0
+    assert first.accept(wire.encode(delta, worker.schema.layouts()))[0] == 200
+    first.close()
+
+    clock = ManualClock()
+    agg = Aggregator(config, Recorder(config, clock=clock))  # restored: the caps are full
+    assert set(tenant_rows(agg.recorder)) == {"forged-0", "forged-1", "forged-2"}
+    renderer = Renderer(agg.recorder, agg.families)
+
+    def created_lines() -> list[str]:  # the aggregator's own counters' created timestamps
+        return [line for line in renderer.render(openmetrics=True).decode().splitlines()
+                if line.startswith("ttft_exporter_push_") and "_created" in line]
+
+    created = created_lines()
+    assert created
+    seq = 1
+    for _ in range(6):  # 90 s of pushes from a worker with a real tenant only, scraped
+        clock.advance(15)
+        renderer.render()
+        worker = Recorder(config)
+        call(worker, 1, "m", "/chat", "gold")
+        delta = take(worker)
+        seq += 1
+        delta.worker, delta.seq, delta.interval = "w2", seq, 5.0
+        assert agg.accept(wire.encode(delta, worker.schema.layouts()))[0] == 200
+    rows = tenant_rows(agg.recorder)
+    assert rows.get("gold") == 6 - rows.get(names.OTHER_TENANT, 0) and rows["gold"] >= 2
+    assert not any(t.startswith("forged") for t in rows), rows
+    assert agg.recorder.removals and created_lines() == created  # (they never restarted)
+    agg.close()
+    kept = StateFiles(str(tmp_path / "state")).read_snapshot()
+    assert "forged-0" not in str(kept) and "gold" in str(kept)

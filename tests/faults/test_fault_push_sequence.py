@@ -3,9 +3,16 @@ retry that arrives after the aggregator forgot its worker."""
 
 from __future__ import annotations
 
+import http.client
+import itertools
 import logging
+import socket
+import struct
+import threading
 import time
+import zlib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -31,12 +38,20 @@ def body(seq: int, calls: int, worker: str = "w", retry: bool = False) -> bytes:
     return wire.encode(delta, rec.schema.layouts())
 
 
-def test_out_of_order_batches_are_applied_once_each():
+def test_a_first_attempt_settles_every_earlier_batch_and_resends_are_placed_once():
+    """A worker sends a batch's first attempt only once every earlier batch was settled, so a
+    copy of an earlier batch arriving after it (delayed in the network) is ignored; resends
+    (`retry`) arriving out of order are each applied once."""
     agg = Aggregator(Config())
     answers = [agg.accept(body(seq, 1000))[1]["applied"] for seq in (5, 3, 4, 3, 5, 1, 2, 6)]
-    assert answers == [True, True, True, False, False, True, True, True]
-    assert sum(agg.recorder.counts().rows[names.REQUESTS_TOTAL].values()) == 6000
+    assert answers == [True, False, False, False, False, False, False, True]
+    assert sum(agg.recorder.counts().rows[names.REQUESTS_TOTAL].values()) == 2000
     assert (agg.applied["w"].floor, agg.applied["w"].above) == (6, set())
+    resends = [agg.accept(body(seq, 1000, "r", retry=True))[1]["applied"]
+               for seq in (5, 3, 4, 3, 5, 1, 2)] + [agg.accept(body(6, 1000, "r"))[1]["applied"]]
+    assert resends == [True, True, True, False, False, True, True, True]
+    assert sum(agg.recorder.counts().rows[names.REQUESTS_TOTAL].values()) == 8000
+    assert (agg.applied["r"].floor, agg.applied["r"].above) == (6, set())
 
 
 def test_a_permanent_gap_does_not_grow_the_applied_set():
@@ -182,3 +197,200 @@ def test_a_push_failing_inside_the_aggregator_is_answered_500_and_counted(monkey
         assert drops[(names.DROP_INTERNAL,)] == 1
     finally:
         agg.stop()
+
+
+# --- a misbehaving proxy between the worker and `ttft-exporter serve` ----------------------------
+
+class MisbehavingProxy:
+    """A loopback HTTP/1.1 proxy in front of `serve`. `mode` says what it does with each push:
+    `pass` forwards it and relays the answer; `503` forwards it whole, then answers 503 with its
+    own error page (a proxy whose upstream answer came too late); `reset` forwards it, then
+    resets the worker's connection; `timeout` forwards it and answers nothing for `hold`
+    seconds; `cut_body` resets the connection half-way through the body, forwarding nothing;
+    `close_reused` forwards a request that came on a kept-alive connection, then closes it
+    unanswered. `forwarded` lists the `retry` flag of each push it forwarded."""
+
+    def __init__(self, upstream: str, hold: float = 2.0):
+        self.upstream = urlsplit(upstream)
+        self.mode, self.hold = "pass", hold
+        self.forwarded: list[bool] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        reader = conn.makefile("rb")
+        try:
+            for index in itertools.count():
+                head = []
+                while True:
+                    line = reader.readline()
+                    if not line:
+                        return
+                    if line in (b"\r\n", b"\n"):
+                        break
+                    head.append(line.decode("latin-1"))
+                headers = dict(h.split(":", 1) for h in head[1:])
+                length = int(next(v for k, v in headers.items()
+                                  if k.lower() == "content-length"))
+                mode = self.mode
+                if mode == "cut_body":
+                    reader.read(length // 2)
+                    return _reset(conn)
+                data = reader.read(length)
+                status, answer = self._forward(data)
+                if mode == "pass" or (mode == "close_reused" and index == 0):
+                    conn.sendall(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (status, len(answer), answer))
+                    continue
+                if mode == "503":
+                    page = b"<html><body>503 upstream timed out</body></html>"
+                    conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html"
+                                 b"\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(page), page))
+                elif mode == "reset":
+                    return _reset(conn)
+                elif mode == "timeout":
+                    time.sleep(self.hold)
+                return
+        except OSError:
+            return
+        finally:
+            reader.close()
+            conn.close()
+
+    def _forward(self, data: bytes) -> tuple[int, bytes]:
+        self.forwarded.append(b'"retry":true' in zlib.decompress(data))
+        upstream = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port,
+                                              timeout=30)
+        try:
+            upstream.request("POST", wire.PUSH_PATH, body=data,
+                             headers={"Content-Type": wire.CONTENT_TYPE})
+            response = upstream.getresponse()
+            return response.status, response.read()
+        finally:
+            upstream.close()
+
+
+def _reset(conn: socket.socket) -> None:
+    """Close with a TCP reset (RST), as a crashing proxy or a middlebox does."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def _pushed_calls(serve) -> float:
+    return sum(v for (name, _), v in serve.metrics().items() if name == names.REQUESTS_TOTAL)
+
+
+def _metric(serve, name: str, label: str, value: str) -> float:
+    return serve.metrics().get((name, ((label, value),)), 0.0)
+
+
+@pytest.mark.parametrize("mode,resend_by", [
+    ("503", "flush"), ("reset", "flush"), ("timeout", "flush"), ("cut_body", "flush"),
+    ("503", "close")])
+def test_every_resend_is_marked_and_applied_at_most_once(tmp_path: Path, mode: str,
+                                                        resend_by: str):
+    """Real `serve` (room for 3 workers) behind a proxy that fails worker A's attempt in
+    `mode` (after forwarding it whole, except `cut_body`). Round 1: A resends at once, marked
+    `retry`: applied once (a duplicate when the proxy had forwarded it). Round 2: another
+    failed attempt, then three other workers push and A's entry is evicted: A's resend (by its
+    flusher, or by its last push when it stops, `resend_by`) is refused, and A counts it lost;
+    A's next batch is applied. Every call is counted at most once, and exactly once unless its
+    batch is the one A counted lost."""
+    from tests.test_push import call
+    from tests.test_push_processes import Serve
+
+    config = tmp_path / "serve.yaml"
+    config.write_text("aggregator:\n  max_workers: 3\n")
+    serve = Serve(config)
+    proxy = MisbehavingProxy(serve.base)
+    forwards = mode != "cut_body"
+    try:
+        worker = Config(push_url=proxy.url, push=PushConfig(timeout_seconds=0.5))
+        rec = Recorder(worker)
+        a = push.Flusher(proxy.url, worker, rec)
+
+        def failed_attempt(calls: int) -> None:
+            for _ in range(calls):
+                call(rec, 1000)
+            proxy.mode = mode
+            assert not a.flush() and a.pending() == 1
+            proxy.mode = "pass"
+
+        failed_attempt(6)  # round 1
+        assert a.flush()
+        assert _pushed_calls(serve) == 6
+        assert _metric(serve, names.SELF_PUSH_BATCHES, "result", names.PUSH_DUPLICATE) == \
+            (1 if forwards else 0)
+        failed_attempt(5)  # round 2
+        for other in ("b", "c", "d"):
+            direct = Config(push_url=serve.base)
+            rec_other = Recorder(direct)
+            for _ in range(3):
+                call(rec_other, 2000)
+            assert push.Flusher(serve.base, direct, rec_other).flush()
+        if resend_by == "flush":
+            assert a.flush() and a.pending() == 0  # refused for good: given up
+            call(rec, 3000)  # A's next batch, after its entry was evicted
+            assert a.flush()
+            expected = 6 + (5 if forwards else 0) + 9 + 1
+        else:
+            a.close(timeout=3)  # the flusher stops: its last push resends the batch
+            expected = 6 + (5 if forwards else 0) + 9
+        assert _pushed_calls(serve) == expected
+        assert a.lost_total == 1
+        assert _metric(serve, names.SELF_PUSH_REJECTED, "reason", names.REJECT_EVICTED) == 1
+        # each round: the failed first attempt (a cut one never arrived), its resend marked
+        # `retry`, then the next batches' first attempts (the flush's own drain, A's next)
+        # (round 2's attempt went on a kept-alive connection: after a reset, the worker tries
+        # once more at once on a fresh one, and that is a resend too)
+        first = [False] if forwards else []
+        again = [True] if mode == "reset" else []
+        after = [False, False] if resend_by == "flush" else [False]
+        assert proxy.forwarded == first + [True, False] + first + again + [True] + after
+    finally:
+        a.close(timeout=0)
+        proxy.close()
+        serve.stop()
+
+
+def test_a_resend_on_a_fresh_connection_after_a_kept_alive_one_closed_is_marked(tmp_path):
+    """The proxy forwards a push that came on a kept-alive connection, then closes it
+    unanswered (as a server closing an idle connection would, racing the request): the worker
+    resends at once on a fresh connection, marked `retry`, and it is counted once."""
+    from tests.test_push import call
+    from tests.test_push_processes import Serve
+
+    config = tmp_path / "serve.yaml"
+    config.write_text("{}\n")
+    serve = Serve(config)
+    proxy = MisbehavingProxy(serve.base)
+    try:
+        worker = Config(push_url=proxy.url)
+        rec = Recorder(worker)
+        a = push.Flusher(proxy.url, worker, rec)
+        call(rec, 1000)
+        assert a.flush()  # the connection is kept alive
+        proxy.mode = "close_reused"
+        for _ in range(4):
+            call(rec, 1000)
+        assert a.flush()  # forwarded, closed unanswered, resent at once: acknowledged
+        assert proxy.forwarded == [False, False, True]
+        assert _pushed_calls(serve) == 5
+        assert _metric(serve, names.SELF_PUSH_BATCHES, "result", names.PUSH_DUPLICATE) == 1
+        a.close(timeout=0)
+    finally:
+        proxy.close()
+        serve.stop()

@@ -101,11 +101,15 @@ BOUNDS: dict[str, Bound] = {
     "server.max_connections_per_client": AT_LEAST_1,
     "server.header_timeout_seconds": UP_TO_AN_HOUR,
     "server.body_timeout_seconds": UP_TO_AN_HOUR,
+    "server.write_timeout_seconds": UP_TO_AN_HOUR,
+    "server.max_unread_responses": AT_LEAST_1,
+    "server.reserved_connections": Bound(minimum=0),
     "labels.tenant_policy": Bound(choices=("raw", "hash", "allowlist")),
     **{f"labels.{key}": AT_LEAST_1 for key in ("max_tenants", "max_series", "max_models",
                                                "max_routes", "max_providers", "max_upstreams",
                                                "max_tasks")},
     "labels.max_label_length": Bound(minimum=8),
+    "labels.expire_seconds": Bound(minimum=0),
     "labels.tenant_families[]": Bound(
         choices=tuple(f.name for f in names.HISTOGRAMS if names.MODEL in f.base),
         why="must be a histogram family of LLM calls"),
@@ -155,6 +159,7 @@ BOUNDS: dict[str, Bound] = {
     "aggregator.gauge_ttl_seconds": Bound(minimum=0),
     "aggregator.max_workers": AT_LEAST_1,
     "aggregator.snapshot_interval_seconds": POSITIVE,
+    "aggregator.durability": Bound(choices=("process", "machine")),
     "aggregator.metrics_username": Bound(pattern="^[^:]*$", why="must not contain ':'"),
 }
 

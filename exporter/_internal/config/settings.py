@@ -54,6 +54,9 @@ class ServerConfig:
     max_connections_per_client: int = 64  # per client address; past it its oldest idle is shed
     header_timeout_seconds: float = 10.0  # for a complete request's headers (else closed)
     body_timeout_seconds: float = 30.0  # for a /push body (else 408)
+    write_timeout_seconds: float = 30.0  # for a response's rest once it fills the send buffer
+    max_unread_responses: int = 8  # at once (each holds its body); past it the oldest is shed
+    reserved_connections: int = 8  # past max_connections, for /healthz and /push when all are busy
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class LabelConfig:
     max_upstreams: int = 16
     max_tasks: int = 100  # distinct agent task names; the rest fold into __other__
     max_label_length: int = 128  # longer label values are cut to this length
+    #: A capped value (model, route, provider, task, tenant, upstream) unseen for this long
+    #: frees its slot and its series are dropped (a series that comes back starts from zero,
+    #: which `rate()` reads as a counter reset); 0 keeps every value for good.
+    expire_seconds: float = 3600.0
     #: Families that carry `tenant` besides the user-facing ones (names.Family.tenant_by_default).
     tenant_families: tuple[str, ...] = ()
 
@@ -213,6 +220,9 @@ class AggregatorConfig:
     """
 
     push_token_file: str = ""  # token /push requires (else env TTFT_EXPORTER_PUSH_TOKEN)
+    #: Let `serve` listen beyond loopback with no push token: anyone who reaches the port can
+    #: then push forged calls (fire or hide pages). Only on a network you trust.
+    allow_unauthenticated_push: bool = False
     max_body_bytes: int = 4 * 2**20  # compressed /push body
     max_decompressed_bytes: int = 16 * 2**20  # inflated /push body
     #: A worker's gauges are dropped when it has not pushed for this long (0: 3 × its interval).
@@ -220,6 +230,10 @@ class AggregatorConfig:
     max_workers: int = 10_000  # (worker id, last seq) entries kept for idempotent retries
     snapshot_path: str = ""  # empty: no snapshot (a restart starts counting from zero)
     snapshot_interval_seconds: float = 30.0  # snapshot period (and one at SIGTERM)
+    #: What an acknowledged push survives: `process` (journalled to the kernel: any crash of
+    #: the process) or `machine` (fsync'd before the answer: a power loss too; pushes waiting
+    #: meanwhile share one fsync).
+    durability: str = "process"
     metrics_token_file: str = ""  # bearer token /metrics requires
     metrics_username: str = ""  # basic auth /metrics requires (with metrics_password_file)
     metrics_password_file: str = ""

@@ -11,7 +11,9 @@ before the first token), `tokens` (answer tokens, default 8), `reasoning_tokens`
 the answer), `tool_call` (answer streamed as tool-call arguments when the request has tools),
 `gap` (s between tokens), `stall_after` + `stall` (s added after that many tokens), `status`
 (answer with this HTTP error), `disconnect_after` (abort the TCP connection after that many
-tokens), `input_tokens`, `cached_tokens`. Token events count reasoning and answer together.
+tokens), `input_tokens`, `cached_tokens`, `engine` (`llama.cpp` or `vllm`: a chat completion
+carries that engine's own timings, engines.py). Token events count reasoning and answer
+together.
 A request's max_tokens (or max_completion_tokens, max_output_tokens) cuts any plan short, as a
 real provider stops at it; the OpenAI formats report the time from the request's arrival to
 the headers in `openai-processing-ms`.
@@ -44,14 +46,16 @@ from ..expose.connection_guard import Limits
 from .far_region import FarRegion, start_far_region
 from .incidents import Knobs
 from .latency import LatencyModel, LatencySimulator, Plan, limited
-from .wire_formats import Call, ChatCompletions, Messages, Responses, WireFormat, token_events
+from .answers import token_events
+from .engines import ENGINES
+from .wire_formats import Call, ChatCompletions, Messages, Responses, WireFormat
 
 SCRIPT_HEADER = "x-demo-script"
 TENANT_HEADER = "x-demo-tenant"
 INPUT_TOKENS_HEADER = "x-demo-input-tokens"
 SCRIPT_KEYS = frozenset({
     "server_wait", "prefill", "tokens", "reasoning_tokens", "tool_call", "gap", "stall_after",
-    "stall", "status", "disconnect_after", "input_tokens", "cached_tokens",
+    "stall", "status", "disconnect_after", "input_tokens", "cached_tokens", "engine",
 })
 
 _TEXT_KEYS = frozenset({"messages", "input", "instructions", "system", "content", "text"})
@@ -105,6 +109,14 @@ def _read_script(raw: str | None, input_tokens: int, tools: bool) -> Plan | None
         status=None if status is None else int(status),
         disconnect_after=None if disconnect_after is None else int(disconnect_after),
     )
+
+
+def _script_engine(raw: str | None) -> str | None:
+    """The engine an `x-demo-script` header names, if any (ValueError: one it does not know)."""
+    engine = None if raw is None else json.loads(raw).get("engine")
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"{SCRIPT_HEADER} engine must be one of {ENGINES}")
+    return engine
 
 
 def _error_response(wire: type[WireFormat], status: int, message: str) -> web.Response:
@@ -176,6 +188,7 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
                         else max(1, _prompt_chars(body) // 4))
         scripted = _read_script(request.headers.get(SCRIPT_HEADER), input_tokens,
                                 tools=tool_name is not None)
+        engine = _script_engine(request.headers.get(SCRIPT_HEADER))
         max_tokens = wire.max_tokens(body)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         return _error_response(wire, 400, f"bad request: {exc!r}")
@@ -183,7 +196,7 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
     def call(plan: Plan) -> Call:
         return Call(model=model, stream=bool(body.get("stream")),
                     include_usage=wire.include_usage(body), tool_name=tool_name,
-                    plan=limited(plan, max_tokens), received=received)
+                    plan=limited(plan, max_tokens), received=received, engine=engine)
 
     if scripted is not None:
         return await _respond(request, wire, call(scripted), paused_until=lambda: 0.0)

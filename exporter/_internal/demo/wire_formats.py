@@ -1,15 +1,16 @@
 """How each API renders the same token events: its SSE stream, its JSON body, its errors.
 
 Three wire formats: OpenAI Chat Completions, OpenAI Responses and Anthropic Messages. The
-provider decides what a response does (a `Plan`, made into token events here); a wire format
-only says how that looks on the wire, so every API gives the same answer token for token.
+provider decides what a response does (a `Plan`, made into token events by answers.py); a wire
+format only says how that looks on the wire, so every API gives the same answer token for token.
 
 Usage follows each provider's convention: OpenAI's input counts include cached tokens,
 Anthropic's `input_tokens` excludes `cache_read_input_tokens`; output counts include reasoning.
 An answer cut at the request's output limit ends as each API says so: `finish_reason: length`,
 a `response.incomplete` with reason `max_output_tokens`, `stop_reason: max_tokens`. The OpenAI
 formats report the provider's own time before the headers in `openai-processing-ms`, as OpenAI
-does.
+does. A chat completion can carry an engine's own timings, as llama.cpp and vLLM add them
+(engines.py).
 """
 
 from __future__ import annotations
@@ -21,39 +22,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..names import PROCESSING_HEADER
+from . import engines
 from .latency import Plan
 
 #: The chat completions' `system_fingerprint`: one fleet configuration behind both regions.
 FINGERPRINT = "fp_demo_1"
-
-_ANSWER = tuple(
-    "Time to first token is what a user waits for before anything appears on the screen. "
-    "It hides a queue, a prefill that grows with the prompt, a cache that may be cold, and a "
-    "batch shared with other tenants. Measure each phase apart and the slow call explains "
-    "itself.".split()
-)
-_THOUGHT = tuple(
-    "The user asks about latency. First recall what the phases are, then check which one "
-    "moved, then write a short answer that names it.".split()
-)
-_FIRST_TOOL_PIECE = '{"text": "'
-
-
-def _words(text: tuple[str, ...], count: int) -> list[str]:
-    """`count` word tokens, each but the first with its leading space, as BPE tokens have."""
-    return [(" " if i else "") + text[i % len(text)] for i in range(count)]
-
-
-def token_events(plan: Plan) -> list[tuple[str, str]]:
-    """(kind, text) of every token event; kind is "reasoning", "content" or "tool"."""
-    answer = _words(_ANSWER, plan.answer_tokens)
-    if plan.tool_call and answer:
-        # Arguments whose concatenation is valid JSON, one word per piece.
-        answer[0] = _FIRST_TOOL_PIECE + answer[0]
-        answer[-1] += '"}'
-    answer_kind = "tool" if plan.tool_call else "content"
-    return ([("reasoning", word) for word in _words(_THOUGHT, plan.reasoning_tokens)]
-            + [(answer_kind, piece) for piece in answer])
 
 
 @dataclass(frozen=True)
@@ -67,6 +40,10 @@ class Call:
     plan: Plan
     #: When the provider started on the request (time.monotonic()): its processing clock.
     received: float = 0.0
+    #: The chat completion's `system_fingerprint` (null where None).
+    fingerprint: str | None = FINGERPRINT
+    #: The engine whose own timings a chat completion carries (engines.py), if any.
+    engine: str | None = None
 
 
 class WireFormat:
@@ -91,6 +68,8 @@ class WireFormat:
         answer_kind = "tool" if self.plan.tool_call else "content"
         self.kinds = ["reasoning", answer_kind] if self.plan.reasoning_tokens else [answer_kind]
         self.kind = self.kinds[0]
+        #: Its steps as an engine times them: made once the provider's wait is over.
+        self.stamps = engines.Stamps(call.received, time.monotonic())
 
     # Request side.
     @staticmethod
@@ -129,6 +108,7 @@ class WireFormat:
     # Response side, not streamed.
     def record(self, kind: str, text: str) -> None:
         self.text[kind] += text
+        self.stamps.token()
 
     def body(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -198,15 +178,16 @@ class ChatCompletions(WireFormat):
 
     error_body = staticmethod(_openai_error)
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         chunk: dict[str, Any] = {
             "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-            "created": self.created, "model": self.call.model, "system_fingerprint": FINGERPRINT,
+            "created": self.created, "model": self.call.model,
+            "system_fingerprint": self.call.fingerprint,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
         if self.call.include_usage:
             chunk["usage"] = None
-        return _data(chunk)
+        return _data({**chunk, **extra})
 
     def _start(self) -> bytes:
         return self._chunk({"role": "assistant", "content": ""})
@@ -223,12 +204,18 @@ class ChatCompletions(WireFormat):
         return self._chunk({"tool_calls": [call]})
 
     def _finish(self) -> bytes:
-        out = self._chunk({}, finish=self._finish_reason())
+        """The finish chunk, the usage chunk when asked for, `[DONE]`. An engine's own timings
+        go on the last chunk (llama.cpp) or on the usage chunk only (vLLM)."""
+        account = engines.account(self.call.engine, self.stamps, self.plan)
+        last = {} if self.call.include_usage or self.call.engine != engines.LLAMA_CPP \
+            else account
+        out = self._chunk({}, finish=self._finish_reason(), **last)
         if self.call.include_usage:
             out += _data({
                 "id": f"chatcmpl-{self.id}", "object": "chat.completion.chunk",
-                "created": self.created, "model": self.call.model, "system_fingerprint": FINGERPRINT,
-                "choices": [], "usage": self._usage(),
+                "created": self.created, "model": self.call.model,
+                "system_fingerprint": self.call.fingerprint,
+                "choices": [], "usage": self._usage(), **account,
             })
         return out + b"data: [DONE]\n\n"
 
@@ -259,10 +246,10 @@ class ChatCompletions(WireFormat):
             }]
         return {
             "id": f"chatcmpl-{self.id}", "object": "chat.completion", "created": self.created,
-            "model": self.call.model, "system_fingerprint": FINGERPRINT,
+            "model": self.call.model, "system_fingerprint": self.call.fingerprint,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": self._finish_reason()}],
-            "usage": self._usage(),
+            "usage": self._usage(), **engines.account(self.call.engine, self.stamps, self.plan),
         }
 
 

@@ -21,10 +21,10 @@ import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from .. import names
+from ..compat import fromisoformat
 from ..config.settings import AlertingConfig
 from ..promql import CLASSIC, MODEL_ROUTE, NATIVE, HistogramMode, by, duration, eq, selector
 from .causes import (CONNECT, DEFAULT, IDENTITY, OPENED, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds,
@@ -67,7 +67,7 @@ def parse_time(text: str) -> float:
     except ValueError:
         pass
     try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        parsed = fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise DiagnoseError(f"not a time: {text!r} (unix seconds or RFC 3339)") from None
     if parsed.tzinfo is None:

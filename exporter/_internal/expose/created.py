@@ -44,9 +44,17 @@ class CreatedTimes:
         """A render starts reading the state at `now` (Unix time)."""
         self.previous_read, self.last_read = self.last_read, now
 
+    def forget(self, counters: list[Metric]) -> None:
+        """Only these counter rows exist now (the others' labels expired): one that comes back
+        is dated again."""
+        current = {row_key(sample) for family in counters if family.type == "counter"
+                   for sample in family.samples}
+        self._rows = {row: at for row, at in self._rows.items() if row in current}
+
     def note_rows(self, families: list[Metric]) -> None:
-        """Date the counter rows seen for the first time (rows are never removed: as many
-        rows as dated means none is new, a count per family)."""
+        """Date the counter rows seen for the first time (rows are removed only by label
+        expiry, which `forget`s them here first: as many rows as dated means none is new, a
+        count per family)."""
         rows = self._rows
         counters = [family for family in families if family.type == "counter"]
         if sum(len(family.samples) for family in counters) == len(rows):

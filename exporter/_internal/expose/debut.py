@@ -84,6 +84,15 @@ class Debuts:
         self.births += 1
         return self.births
 
+    def forget(self, series: set[Series], counters: list[Metric]) -> None:
+        """Only these series and counter rows exist now (the others' labels expired): one that
+        comes back is born again."""
+        if self._known is not None:
+            self._known &= series
+        current = {row_key(sample) for family in counters if family.type == "counter"
+                   for sample in family.samples}
+        self._rows = {row: born for row, born in self._rows.items() if row in current}
+
     def watermark(self, scraper: str) -> int:
         """What `scraper` got already; a new one starts at the highest watermark any scraper
         ever had (0 before any delivery), so a forgotten one that comes back never sees at zero
@@ -112,9 +121,9 @@ class Debuts:
         """Number the counter rows seen for the first time; show those born after `watermark`
         at zero (in place).
 
-        The recorder's counter rows are never removed, so as many rows as numbered means none
-        is new: a scrape without new rows, by a scraper that got them all, costs a count per
-        family, not a lookup per row.
+        Counter rows are removed only by label expiry, after which `forget` drops them here
+        first, so as many rows as numbered means none is new: a scrape without new rows, by a
+        scraper that got them all, costs a count per family, not a lookup per row.
         """
         rows = self._rows
         counters = [family for family in families if family.type == "counter"]

@@ -25,8 +25,10 @@ _SELF_HELP = {
     names.SELF_SERIES: "Histogram series held by this exporter.",
     names.SELF_SCRAPE_DURATION: "Time the previous scrape of this exporter took to render.",
     names.SELF_HTTP_CLOSED: "Connections the exporter's HTTP servers closed: too slow to send "
-                            "a request (slow), idle and shed to make room for a new one "
-                            "(shed), or new while every slot was busy (limit).",
+                            "a request (slow), request headers over 32 KiB (large), idle or "
+                            "unread and shed to make room (shed), a response not read within "
+                            "the write timeout (unread), or new while every slot was busy "
+                            "(limit).",
 }
 
 

@@ -5,7 +5,10 @@ Accept header prefers it (Prometheus with native histograms on does), OpenMetric
 prefers that (Prometheus 2.x does by default), the 0.0.4 text format otherwise, including for
 any header it cannot parse; gzip when accepted. A scrape's debuts (debut.py) are used up once
 its body is written, within the timeout the scraper announced, to a connection still open.
-Rendering runs on the server's own thread so a scrape never runs on the caller's threads.
+Rendering and gzip run on the event loop's executor: never on the caller's threads, and the
+loop answers /healthz and pushes meanwhile. A body is written a chunk at a time under the
+connection guard's write timeout, so a client that does not read it holds one body and a
+chunk of buffer, for a bounded time (connection_guard.py).
 With an `Aggregator` (`ttft-exporter serve`) the app also takes worker pushes on `/push` and can
 require auth on `/metrics` (never on `/healthz`: probes); the renderer serves the aggregator's
 self-metrics with the rest.
@@ -23,19 +26,29 @@ from aiohttp import web
 
 from .. import names
 from ..config.settings import ServerConfig
+from . import connection_guard
 from .connection_guard import Limits
 from .debut import SCRAPER_HEADER
 from . import http_thread
 from .http_thread import HttpThread
+from .render_turns import RenderTurns
 from .text import Renderer, Scrape
 from .textformat import (OPENMETRICS, OPENMETRICS_CONTENT_TYPE, PROTOBUF, PROTOBUF_CONTENT_TYPE,
                          PROTOBUF_PROTO, TEXT, TEXT_CONTENT_TYPE)
 
+#: Not answered on a reserved slot (connection_guard.py): its answer takes a render.
+HEAVY_PATHS = frozenset({"/metrics"})
 DEFAULT_PORT = 9469
 DEFAULT_ADDR = "127.0.0.1"
 #: gzip level 1: the exposition is repetitive text, level 1 already shrinks it ~10x at a
 #: fraction of the CPU of the default level 9.
 GZIP_LEVEL = 1
+#: Scrapes waiting for a render at most (render_turns.py): more than the scrapers of a real
+#: deployment (Prometheus replicas, a person), few enough that a flood of scrapes leaves the
+#: connection slots sheddable.
+MAX_WAITING_SCRAPES = 32
+#: A body is handed to its connection this much at a time (_send).
+WRITE_CHUNK = 256 * 1024
 
 
 def wants_openmetrics(accept: str) -> bool:
@@ -105,6 +118,34 @@ def _timeout(request: web.Request) -> float:
         return float("inf")
 
 
+def _busy(why: str) -> web.Response:
+    """503, and the connection closed after it."""
+    response = web.Response(status=503, text=f"busy: {why}\n", headers={"Retry-After": "1"})
+    response.force_close()
+    return response
+
+
+async def _send(request: web.Request, body: bytes, headers: dict[str, str]
+                ) -> tuple[web.StreamResponse, bool]:
+    """Write `body` a chunk at a time, each once the client took most of the previous one:
+    the connection's buffer then holds at most a chunk beyond the body itself (one write would
+    copy the whole unsent body into it). True when all of it was handed to the connection;
+    False when the client left or was closed (shed, or not reading within the write timeout:
+    connection_guard.py), its scrape's debuts then kept for its next scrape."""
+    response = web.StreamResponse(headers=headers)
+    response.content_length = len(body)
+    view = memoryview(body)
+    try:
+        await response.prepare(request)
+        if request.method != "HEAD":  # (its headers only: the length of what GET sends)
+            for start in range(0, len(view), WRITE_CHUNK):
+                await response.write(view[start:start + WRITE_CHUNK])
+        await response.write_eof()
+    except ConnectionError:
+        return response, False
+    return response, True
+
+
 class Extension(Protocol):
     """What `ttft-exporter serve` adds to the app (fleet/aggregator.py): auth on /metrics, its
     own routes and background work."""
@@ -120,32 +161,48 @@ def create_app(renderer: Callable[[], Renderer], extension: Extension | None = N
                ) -> web.Application:
     """The exporter's HTTP app, serving what `renderer()` renders at each scrape."""
 
-    async def metrics(request: web.Request) -> web.Response:
+    turns = RenderTurns(MAX_WAITING_SCRAPES)
+
+    async def metrics(request: web.Request) -> web.StreamResponse:
         if extension is not None and not extension.metrics_authorized(
                 request.headers.get("Authorization", "")):
             return web.Response(status=401, text="unauthorized\n", headers={
                 "WWW-Authenticate": extension.metrics_challenge()})
         arrived = time.monotonic()
         kind = negotiate(request.headers.get("Accept", ""))
-        current = renderer()
-        # rendered off the event loop: /healthz and pushes are answered meanwhile
-        kind, scrape = await asyncio.get_running_loop().run_in_executor(
-            None, _render, current, kind, scraper_of(request))
+        client = str(request.remote)
+        if not await turns.wait(client):
+            connection_guard.CLOSED["shed"] += 1
+            return _busy("too many scrapes waiting")
+        try:
+            return await scrape_turn(request, arrived, kind)
+        finally:
+            turns.finished(client)
+
+    async def scrape_turn(request: web.Request, arrived: float, kind: str
+                          ) -> web.StreamResponse:
+        """Render (unless the client left while it waited), compress, write, deliver."""
+        loop = asyncio.get_running_loop()
+        try:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return _busy("closed")
+            current = renderer()
+            # rendered off the event loop: /healthz and pushes are answered meanwhile
+            kind, scrape = await loop.run_in_executor(None, _render, current, kind,
+                                                      scraper_of(request))
+        finally:
+            turns.rendered()
         body = scrape.body
         headers = {"Content-Type": _CONTENT_TYPES[kind]}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, GZIP_LEVEL)
+            # compressed off the event loop too: a multi-MB body takes tens of ms
+            body = await loop.run_in_executor(None, gzip.compress, body, GZIP_LEVEL)
             headers["Content-Encoding"] = "gzip"
-        response = web.Response(body=body, headers=headers)
-        if scrape.delivery is None:
-            return response
-        try:
-            await response.prepare(request)
-            await response.write_eof()
-        except ConnectionError:  # the scraper left: its debuts stay for its next scrape
-            return response
+        response, sent = await _send(request, body, headers)
         transport = request.transport
-        if (transport is not None and not transport.is_closing()
+        if (sent and scrape.delivery is not None and transport is not None
+                and not transport.is_closing()
                 and time.monotonic() - arrived <= _timeout(request)):
             current.delivered(scrape.delivery)
         return response
@@ -154,7 +211,7 @@ def create_app(renderer: Callable[[], Renderer], extension: Extension | None = N
         return web.Response(text="ok\n")
 
     app = web.Application()
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", metrics)  # (HEAVY_PATHS)
     app.router.add_get("/healthz", healthz)
     if extension is not None:
         extension.install(app)
@@ -168,10 +225,8 @@ class ExporterServer(HttpThread):
                  ssl_context: ssl.SSLContext | None = None,
                  config: ServerConfig | None = None) -> None:
         """`config` bounds the connections (the defaults when None)."""
-        server = config or ServerConfig()
         super().__init__(app, addr, port, name="ttft-exporter-http", ssl_context=ssl_context,
-                         limits=Limits(server.max_connections, server.header_timeout_seconds,
-                                       server.max_connections_per_client))
+                         limits=Limits.of(config or ServerConfig(), HEAVY_PATHS))
 
     @property
     def url(self) -> str:

@@ -100,6 +100,8 @@ class Renderer:
         self._created = CreatedTimes(counters + (extra() if extra is not None else []),
                                      recorder.clock.time())
         self._encoder: Encoder | None = None  # built at the first protobuf scrape
+        #: The recorder's removals seen (label expiry): past them, caches of gone series go.
+        self._removals = recorder.removals
         self._lock = threading.Lock()  # one render at a time: the caches are not shared-safe
 
     def reset_lock_after_fork(self) -> None:
@@ -127,6 +129,19 @@ class Renderer:
             return Scrape(body, None if scraper is None else
                           Delivery(scraper, self._debuts.births))
 
+    def _forget_removed(self) -> None:
+        """Series and counter rows the recorder removed (their labels expired) leave the caches;
+        one that comes back is new: it debuts again, with a new created timestamp."""
+        removals = self.recorder.removals
+        if removals == self._removals:
+            return
+        self._removals = removals
+        current = set(self.recorder.all_series())
+        self._cache = {s: cached for s, cached in self._cache.items() if s in current}
+        rows = counter_families(self.recorder, 0.0) + (self.extra() if self.extra else [])
+        self._debuts.forget(current, rows)
+        self._created.forget(rows)
+
     def delivered(self, delivery: Delivery | None) -> None:
         """The body of this delivery reached its scraper: its debuts are used up there."""
         if delivery is not None:
@@ -152,7 +167,8 @@ class Renderer:
 
     def _render(self, openmetrics: bool, watermark: int) -> bytes:
         rec = self.recorder
-        changed, current_slice = rec.take_changed()
+        changed, current_slice = rec.take_changed()  # (the store's first lock of a scrape:
+        self._forget_removed()  # where label expiry runs, if due)
         self._update(changed)
         out: list[str] = []
         for state in rec.families.values():
@@ -195,6 +211,7 @@ class Renderer:
 
         rec = self.recorder
         changed, current_slice = rec.take_changed(native=True)
+        self._forget_removed()
         self._update(changed, protobuf=True)
         out: list[bytes] = []
         slo_parts: dict[str, list[bytes]] = {}

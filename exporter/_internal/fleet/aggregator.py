@@ -8,11 +8,14 @@ inflating past `max_decompressed_bytes`), `malformed` (400), `incompatible` (409
 format version or histogram layout). A valid push is merged exactly into the process's recorder
 (HDR add with the straddle counts and exact sums; window slices fed at receive time; counters
 added) unless its (worker, seq) was already applied: then it is acknowledged and ignored, which
-makes the workers' retries idempotent. The map is bounded (`max_workers`, least recently pushed
-evicted first): a retry that says it may have been applied (`retry`: an earlier attempt went
-unanswered) from a worker no longer in it cannot be told from a new batch once any worker was
-evicted, so it is refused (409, `evicted`): the worker gives it up and counts it, never counted
-twice. The in-flight gauge is the sum of each live worker's latest
+makes the workers' retries idempotent. A worker sends a batch's first attempt only once every
+earlier batch was acknowledged or given up, so a first attempt (not `retry`) of seq n settles
+every seq below n: a copy of one of them arriving later is ignored. The map is bounded
+(`max_workers`, least recently pushed evicted first): a resend that says it may have been
+applied (`retry`: an earlier attempt reached a connection without a definite answer) from a
+worker no longer in it cannot be placed once any worker was evicted, so it is refused (409,
+`evicted`): the worker gives it up and counts it, never counted twice; its next batch is a
+first attempt, applied as usual. The in-flight gauge is the sum of each live worker's latest
 value; a worker's gauges expire when it stops pushing (`gauge_ttl_seconds`, default 3 × its
 interval) or at once when its last push says `final`.
 
@@ -41,13 +44,15 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .. import names
+from ..compat import timeout
 from ..config.settings import Config, ConfigError
 from ..expose import connection_guard
 from ..record.recorder import Recorder
 from . import validate, wire
 from .absorb import absorb, in_flight_rows, set_in_flight
 from .access import Access
-from .journal import StateFiles, unusable
+from .journal import GroupSync, StateFiles, unusable
+from .settled import Applied, applied_map
 from .wire import Delta, PushError
 
 log = logging.getLogger("exporter.aggregator")
@@ -62,7 +67,8 @@ _HELP = {
     names.SELF_PUSH_WORKERS: "Worker processes whose gauges are live (pushed recently).",
     names.SELF_PUSH_LOST: "Batches workers dropped unacknowledged (queue bound or rejected).",
     names.SELF_PUSH_FAILURES: "Failed push attempts reported by the workers (later retried).",
-    names.SELF_SNAPSHOT_FAILURES: "State snapshots or journal writes that failed.",
+    names.SELF_SNAPSHOT_FAILURES: "State snapshots or journal writes that failed (or journal "
+                                   "records found bad at a restart).",
 }
 
 
@@ -80,6 +86,15 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+
+
+class Pending:
+    """A push journalled and not yet applied: its delta and its body as journalled."""
+
+    __slots__ = ("delta", "body")
+
+    def __init__(self, delta: Delta, body: bytes):
+        self.delta, self.body = delta, body
 
 
 class Aggregator:
@@ -109,6 +124,11 @@ class Aggregator:
         #: The in-flight keys of all workers (bounded: labels.max_series).
         self._gauge_keys: set[tuple[str, ...]] = set()
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
+        self.machine_durable = self.files is not None and agg.durability == "machine"
+        #: Pushes journalled but not yet applied (waiting for their fsync): a snapshot keeps
+        #: them in the journal it empties.
+        self.unapplied: set[Pending] = set()
+        self.group_sync = GroupSync(self.files) if self.machine_durable else None
         self._last_snapshot = clock()
         if self.files is not None:
             why = unusable(agg.snapshot_path)
@@ -125,20 +145,34 @@ class Aggregator:
     # --- receiving ------------------------------------------------------------------------------
 
     def accept(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        """Validate and apply one (authorized, size-checked) push body: (HTTP status, answer)."""
+        """Validate, journal (and fsync, with `durability: machine`) and apply one
+        (authorized, size-checked) push body: (HTTP status, answer)."""
+        status, answer, pending = self.journal(body)
+        if pending is None:
+            return status, answer
+        if self.machine_durable:
+            try:
+                self.files.sync()  # type: ignore[union-attr]
+            except OSError as e:
+                return self.not_durable(pending, e)
+        return self.commit(pending)
+
+    def journal(self, body: bytes) -> tuple[int, dict[str, Any], Pending | None]:
+        """Validate and journal one push: the answer, or the push to `commit` once durable."""
         try:
             delta = validate.decode(body, self.recorder.schema,
                                 max_inflated=self.config.aggregator.max_decompressed_bytes)
         except PushError as e:
-            return self.reject(e.reason, e.detail)
+            return (*self.reject(e.reason, e.detail), None)
         if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
-            return 200, {"applied": False, "seq": delta.seq}
+            return 200, {"applied": False, "seq": delta.seq}, None
         if delta.retry and self.evicted_workers and delta.worker not in self.applied:
-            return self.reject(names.REJECT_EVICTED,
-                               f"batch {delta.seq} may have been applied, but this worker's "
-                               f"applied batches were evicted (aggregator.max_workers): give "
-                               f"it up rather than count it twice")
+            return (*self.reject(names.REJECT_EVICTED,
+                                 f"batch {delta.seq} may have been applied, but this worker's "
+                                 f"applied batches were evicted (aggregator.max_workers): give "
+                                 f"it up rather than count it twice"), None)
+        pending = Pending(delta, body)
         if self.files is not None:
             try:
                 self.files.append(body)
@@ -146,16 +180,33 @@ class Aggregator:
                 self.snapshot_failures += 1
                 log.warning("ttft-exporter aggregator: cannot journal a push (%s); answered "
                             "503, the worker keeps it", e.strerror or e)
-                return 503, {"error": "unavailable", "detail": "the push could not be made "
-                                                               "durable; retry later"}
-        self.apply(delta)
-        return 200, {"applied": True, "seq": delta.seq}
+                return 503, {"error": "unavailable", "applied": False,
+                             "detail": "the push could not be made durable; retry later"}, None
+            self.unapplied.add(pending)
+        return 200, {}, pending
+
+    def commit(self, pending: Pending) -> tuple[int, dict[str, Any]]:
+        """Apply a journalled (and, if asked, fsync'd) push and answer it."""
+        self.unapplied.discard(pending)
+        applied = self.apply(pending.delta)
+        return 200, {"applied": applied, "seq": pending.delta.seq}
+
+    def not_durable(self, pending: Pending, error: OSError) -> tuple[int, dict[str, Any]]:
+        """The fsync failed: not acknowledged (the record stays journalled, so a restart may
+        apply it: the answer does not say it was not applied, and the resend is a retry)."""
+        self.unapplied.discard(pending)
+        self.snapshot_failures += 1
+        log.warning("ttft-exporter aggregator: cannot fsync the journal (%s); answered 503, "
+                    "the worker keeps the push", error.strerror or error)
+        return 503, {"error": "unavailable", "detail": "the push could not be made durable"}
 
     def reject(self, reason: str, detail: str) -> tuple[int, dict[str, Any]]:
+        """A refused push: nothing of it was applied, and the answer says so (a worker resends
+        it unmarked, push.py; a proxy's error page cannot say it)."""
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
         status = {names.REJECT_UNAUTHORIZED: 401, names.REJECT_TOO_LARGE: 413,
                   names.REJECT_INCOMPATIBLE: 409, names.REJECT_EVICTED: 409}.get(reason, 400)
-        return status, {"error": reason, "detail": detail}
+        return status, {"error": reason, "detail": detail, "applied": False}
 
     def is_duplicate(self, delta: Delta) -> bool:
         """True when this (worker, seq) was applied already (a retry)."""
@@ -170,6 +221,8 @@ class Aggregator:
             return False
         absorb(self.recorder, delta, window=window)
         seqs = self.applied.pop(worker, None) or Applied()
+        if not delta.retry:  # its worker settled every earlier batch before sending it
+            seqs.settle_below(delta.seq)
         seqs.add(delta.seq)
         self.applied[worker] = seqs
         while len(self.applied) > self.config.aggregator.max_workers:
@@ -247,7 +300,7 @@ class Aggregator:
                 return web.json_response(answer, status=status)
             chunks, size = [], 0
             try:
-                async with asyncio.timeout(self.config.server.body_timeout_seconds):
+                async with timeout(self.config.server.body_timeout_seconds):
                     async for chunk in request.content.iter_chunked(1 << 16):
                         size += len(chunk)
                         if size > limit:
@@ -263,8 +316,15 @@ class Aggregator:
                 return response
             # validation and merging run on the aggregator's own thread: the event loop keeps
             # answering (/healthz, scrapes) during the largest push
-            status, answer = await asyncio.get_running_loop().run_in_executor(
-                self.worker, self.accept, b"".join(chunks))
+            loop = asyncio.get_running_loop()
+            if self.group_sync is None:
+                status, answer = await loop.run_in_executor(self.worker, self.accept,
+                                                            b"".join(chunks))
+                return web.json_response(answer, status=status)
+            status, answer, pending = await loop.run_in_executor(self.worker, self.journal,
+                                                                 b"".join(chunks))
+            if pending is not None:  # (shielded: a client gone meanwhile leaves none pending)
+                status, answer = await asyncio.shield(self._commit_when_durable(pending))
             return web.json_response(answer, status=status)
         except (ConnectionError, asyncio.IncompleteReadError):
             raise
@@ -272,6 +332,16 @@ class Aggregator:
             log.exception("ttft-exporter aggregator: push failed")
             self.recorder.count_drop(names.DROP_INTERNAL)
             return web.json_response({"error": "internal"}, status=500)
+
+    async def _commit_when_durable(self, pending: Pending) -> tuple[int, dict[str, Any]]:
+        """`durability: machine`: wait for an fsync covering the push, then apply it."""
+        assert self.group_sync is not None
+        loop = asyncio.get_running_loop()
+        try:
+            await self.group_sync.wait()
+        except OSError as e:
+            return await loop.run_in_executor(self.worker, self.not_durable, pending, e)
+        return await loop.run_in_executor(self.worker, self.commit, pending)
 
     async def background(self, app: web.Application) -> AsyncIterator[None]:
         """aiohttp cleanup context: expiry and snapshots while serving, a snapshot at the end."""
@@ -282,6 +352,8 @@ class Aggregator:
             await task
         await asyncio.get_running_loop().run_in_executor(self.worker, self.close)
         self.worker.shutdown(wait=True)
+        if self.group_sync is not None:
+            self.group_sync.thread.shutdown(wait=True)
 
     async def _ticks(self) -> None:
         loop = asyncio.get_running_loop()
@@ -358,7 +430,9 @@ class Aggregator:
         if self.files is None:
             return False
         try:
-            self.files.write_snapshot(self.state_document())
+            self.files.write_snapshot(self.state_document(),
+                                      keep=[p.body for p in self.unapplied],
+                                      durable=self.machine_durable)
             return True
         except OSError as e:
             self.snapshot_failures += 1
@@ -373,7 +447,7 @@ class Aggregator:
         if doc is not None:
             try:
                 delta = validate.from_payload(doc, self.recorder.schema)
-                applied = _applied_map(doc.get("applied"))
+                applied = applied_map(doc.get("applied"))
             except ValueError as e:
                 self.files.set_aside(str(e))
             else:
@@ -401,46 +475,10 @@ class Aggregator:
         if replayed:
             log.warning("ttft-exporter aggregator: replayed %d pushes from %s", replayed,
                         self.files.journal_path)
-
-class Applied:
-    """The seqs of one worker applied so far: all up to `floor`, and those in `above`.
-
-    A worker sends its batches in order, but a retry can arrive after a later batch (or a
-    restarted aggregator can see them out of order): a seq below the highest applied one is new
-    unless it is in the set. A worker that gave up a batch leaves a gap for good, so `above`
-    is bounded: past MAX_ABOVE seqs the floor moves up to the oldest of them.
-    """
-
-    __slots__ = ("floor", "above")
-    MAX_ABOVE = 256
-
-    def __init__(self, floor: int = 0, above: set[int] | None = None):
-        self.floor = floor
-        self.above = above or set()
-
-    def __contains__(self, seq: int) -> bool:
-        return seq <= self.floor or seq in self.above
-
-    def add(self, seq: int) -> None:
-        self.above.add(seq)
-        if len(self.above) > self.MAX_ABOVE:  # a gap that will never fill: step over it
-            self.floor = min(self.above) - 1
-        while self.floor + 1 in self.above:
-            self.floor += 1
-            self.above.discard(self.floor)
-
-
-def _applied_map(value: Any) -> dict[str, Applied]:
-    """The snapshot's [worker, floor, [seqs above]] entries ([worker, seq] in older ones)."""
-    if not isinstance(value, list):
-        raise ValueError("applied map missing")
-    out: dict[str, Applied] = {}
-    for item in value:
-        if not (isinstance(item, list) and len(item) in (2, 3) and isinstance(item[0], str)
-                and type(item[1]) is int):
-            raise ValueError("applied map entry is not [worker, floor, [seqs]]")
-        above = item[2] if len(item) == 3 else []
-        if not (isinstance(above, list) and all(type(seq) is int for seq in above)):
-            raise ValueError("applied map entry has bad seqs")
-        out[item[0]] = Applied(item[1], set(above))
-    return out
+        if self.files.skipped or self.files.old_format:
+            # counted as failed journal writes; a snapshot now empties the journal of them
+            self.snapshot_failures += self.files.skipped
+            log.warning("ttft-exporter aggregator: %d journal records did not check and were "
+                        "skipped%s", self.files.skipped,
+                        " (a journal of the first format)" if self.files.old_format else "")
+            self.snapshot()

@@ -5,10 +5,15 @@ since its previous visit (take.py: one lock hold of pointer swaps; the HDR index
 values runs afterwards on the flusher thread), and POSTs it in the wire format (wire.py)
 to `<push_url>/push` with the worker's id and a per-worker sequence number. The aggregator merges
 it exactly and answers 200; a batch it has already applied is acknowledged again and ignored, so
-a retry never counts twice. A batch whose attempt was sent whole but went unanswered (a timeout, a
-reset, a proxy's 5xx) may have been applied: it is resent marked `retry`, and an aggregator
-that has forgotten this worker (evicted from its bounded map) refuses it with 409 rather than
-apply it twice; the worker then gives it up and counts it, like any batch refused for good.
+a retry never counts twice. A batch one of whose attempts reached a connection without a
+definite answer (a timeout, a reset at any point of the body, a proxy's 503 or 502, which may
+come after the proxy forwarded the body, a kept-alive connection found closed) may have been
+applied: from then on every resend of it is marked `retry`, and an aggregator that has forgotten
+this worker (evicted from its bounded map) refuses it with 409 rather than apply it twice; the
+worker then gives it up and counts it, like any batch refused for good. Only an attempt that
+never connected, or an answer of the aggregator itself saying `"applied": false`, leaves a
+batch unmarked. A batch's first attempt is sent only once every earlier batch was acknowledged
+or given up, which lets the aggregator ignore a late copy of an earlier one.
 
 Nothing here runs on the app's threads or raises into them, and nothing here waits on the
 network on a caller's behalf: when the process stops pushing (configure() turned it off or
@@ -26,6 +31,7 @@ When a process pushes, and what happens at exit and fork, is decided in runtime.
 from __future__ import annotations
 
 import http.client
+import json
 import logging
 import os
 import random
@@ -73,6 +79,20 @@ class _Batch:
     delta: Delta
     body: bytes
     attempted: bool = False
+
+
+@dataclass
+class _Attempt:
+    """What one POST came to: `status` 0 when no answer (`timed_out`: none within
+    push.timeout_seconds); `connected` when the request may have reached the aggregator (a
+    connection was open), `refused` when the aggregator itself answered that it did not apply
+    it."""
+
+    status: int
+    detail: str
+    connected: bool
+    refused: bool = False
+    timed_out: bool = False
 
 
 #: HTTP answers after which resending the same batch cannot succeed: drop it (and count it).
@@ -298,7 +318,8 @@ class Flusher:
         while self._pending:
             batch = self._pending[0]
             batch.attempted = True
-            status, detail, sent = self._post(batch.body)
+            attempt = self._post(batch)
+            status, detail = attempt.status, attempt.detail
             if 200 <= status < 300:
                 self._pending.popleft()
                 self.acked += 1
@@ -314,10 +335,6 @@ class Flusher:
             self._failures += 1
             self.failures_total += 1
             self._last_failure = detail or f"HTTP {status}"
-            if sent and (status == 0 or status >= 500 and status != 503) and not batch.delta.retry:
-                # unanswered, or answered by a proxy: the aggregator may have applied it
-                batch.delta.retry = True
-                batch.body = encode(batch.delta, self.recorder.schema.layouts())
             if status in (401, 403):  # a rotated secret: read the token again at the retry
                 self._token_stale = True
             if not self._failing:
@@ -330,33 +347,47 @@ class Flusher:
             self._retry_at = time.monotonic() + delay * random.uniform(0.5, 1.0)
             return
 
-    def _post(self, body: bytes) -> tuple[int, str, bool]:
-        """POST one body; (status, detail, whether the request was sent whole), status 0 for a
-        connection error."""
-        headers = {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(body))}
+    def _in_doubt(self, batch: _Batch, attempt: _Attempt) -> None:
+        """After an attempt that may have been applied, every resend says so (`retry`)."""
+        if attempt.connected and not attempt.refused and not batch.delta.retry:
+            batch.delta.retry = True
+            batch.body = encode(batch.delta, self.recorder.schema.layouts())
+
+    def _post(self, batch: _Batch) -> _Attempt:
+        """POST a batch; on a kept-alive connection the server had closed, once more on a
+        fresh one (marked `retry`: a proxy may have taken the first)."""
         if self._token_stale:
             self._token = _read_token(self.config.push.token_file)
             self._token_stale = False
+        reused = self._conn is not None
+        attempt = self._post_once(batch.body)
+        self._in_doubt(batch, attempt)
+        if attempt.status == 0 and reused and not attempt.timed_out:
+            attempt = self._post_once(batch.body)
+            self._in_doubt(batch, attempt)
+        return attempt
+
+    def _post_once(self, body: bytes) -> _Attempt:
+        headers = {"Content-Type": CONTENT_TYPE, "Content-Length": str(len(body))}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        for attempt in (0, 1):
-            reused = self._conn is not None
-            sent = False
-            try:
-                conn = self._connection()
-                conn.request("POST", self._path, body=body, headers=headers)
-                sent = True
-                response = conn.getresponse()
-                text = response.read(512)
-                if response.will_close:
-                    self._close_connection()
-                return response.status, text.decode("utf-8", "replace").strip(), True
-            except (OSError, http.client.HTTPException) as e:
+        connected = False
+        try:
+            conn = self._connection()
+            if conn.sock is None:
+                conn.connect()  # a failure here sent nothing
+            connected = True
+            conn.request("POST", self._path, body=body, headers=headers)
+            response = conn.getresponse()
+            text = response.read(4096)
+            if response.will_close:
                 self._close_connection()
-                if reused and attempt == 0 and not isinstance(e, TimeoutError):
-                    continue  # a kept-alive connection the server had closed: once more, fresh
-                return 0, f"{type(e).__name__}: {e}", sent
-        return 0, "unreachable", False
+            detail = text.decode("utf-8", "replace").strip()
+            return _Attempt(response.status, detail, True, _says_not_applied(detail))
+        except (OSError, http.client.HTTPException) as e:
+            self._close_connection()
+            return _Attempt(0, f"{type(e).__name__}: {e}", connected,
+                            timed_out=isinstance(e, TimeoutError))
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
@@ -372,6 +403,15 @@ class Flusher:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def _says_not_applied(detail: str) -> bool:
+    """The aggregator's own refusals say `"applied": false` (a proxy's error page does not)."""
+    try:
+        answer = json.loads(detail)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("applied") is False and "error" in answer
 
 
 def _close_fds(*fds: int) -> None:

@@ -1,7 +1,8 @@
 """A push body validated completely, into a Delta: nothing is applied before all of it passed.
 
-`decode` inflates (refusing a decompression bomb), parses and checks every field of the wire
-format (wire.py) against the aggregator's schema: families, label counts and lengths, closed
+`decode` inflates (refusing a decompression bomb), bounds what parsing it would cost before the
+parser builds anything (`check_parse_cost`), parses and checks every field of the wire format
+(wire.py) against the aggregator's schema: families, label counts and lengths, closed
 label values, HDR counts that add up to their count, sums that their buckets allow, straddle and
 exemplar positions, row bounds. `PushError.reason` names the aggregator's reject counter.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import zlib
 from bisect import bisect_left
 from operator import mul
@@ -44,20 +46,69 @@ def inflate(body: bytes, limit: int) -> bytes:
     return out
 
 
+# --- what parsing a push costs, bounded before the parser builds anything ------------------------
+# json.loads builds a Python object per JSON value: 16 MiB of `{},` is 5.6 million dicts
+# (~390 MiB). The counts below are upper bounds of what CPython's parser allocates (measured by
+# tests/test_aggregator.py::test_the_parse_cost_estimate_bounds_what_json_allocates): a scalar
+# (string, number, true...) costs at most 13 bytes per byte of its text (`-9,`: an int of 28
+# bytes and its slot in the parent list), an array at most 96 bytes more than its text (`[0],`: a
+# list of 4 slots and its slot in the parent). The format's own objects are a few, keyed by name.
+
+#: What parsing one push may cost: this many bytes per byte of `max_decompressed_bytes`
+#: (256 MiB at the default 16 MiB). The format's densest valid rows (exemplars, counter rows
+#: of short labels) estimate at 16 bytes per byte of text; realistic pushes at about 8.
+PARSE_BUDGET_PER_BYTE = 16
+SCALAR_COST_PER_BYTE = 13
+ARRAY_COST = 96
+#: The format's objects (the document, `layouts`, `histograms`...: about ten) and their
+#: members (families, counters, units, top-level keys: a few hundred), with room to grow.
+MAX_OBJECTS = 64
+MAX_MEMBERS = 4096
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
+def parse_cost(raw: bytes) -> tuple[int, int, int]:
+    """(estimated bytes, objects, members) of parsing `raw`, counting the brackets, braces and
+    colons anywhere (an upper bound: those inside strings build nothing)."""
+    return (SCALAR_COST_PER_BYTE * len(raw) + ARRAY_COST * raw.count(b"["), raw.count(b"{"),
+            raw.count(b":"))
 
 
-def decode(body: bytes, schema: Schema, *, max_inflated: int = 64 * 2**20,
-           compressed: bool = True) -> Delta:
+def check_parse_cost(raw: bytes, max_inflated: int) -> None:
+    """Refuse (too_large), before it is parsed, a document whose parse would cost more than
+    the budget of `max_inflated` or that holds more objects than the format has."""
+    budget = PARSE_BUDGET_PER_BYTE * max_inflated
+
+    def over(cost: int, objects: int, members: int) -> bool:
+        return cost > budget or objects > MAX_OBJECTS or members > MAX_MEMBERS
+
+    counts = parse_cost(raw)
+    if over(*counts) and b'"' in raw:  # count again outside strings (a copy, only here)
+        counts = parse_cost(_STRING.sub(b'""', raw))
+    if over(*counts):
+        cost, objects, members = counts
+        raise PushError(names.REJECT_TOO_LARGE,
+                        f"parsing this push would build {cost / 2**20:.0f} MiB of objects "
+                        f"({objects} objects, {members} members); at most "
+                        f"{budget / 2**20:.0f} MiB ({PARSE_BUDGET_PER_BYTE} x "
+                        f"aggregator.max_decompressed_bytes), {MAX_OBJECTS} objects and "
+                        f"{MAX_MEMBERS} members")
+
+
+def decode(body: bytes, schema: Schema, *, max_inflated: int = 64 * 2**20) -> Delta:
     """Validate a push body completely and return its delta; PushError names what is wrong.
 
     Nothing is applied here, so a bad push changes nothing. `schema` supplies the families,
     their label names and layouts, and the label-length limit.
     """
-    raw = inflate(body, max_inflated) if compressed else body
+    raw = inflate(body, max_inflated)
+    if not raw.isascii():  # workers escape every other character (json.dumps' default)
+        raise PushError(MALFORMED, "body is not ASCII JSON")
+    check_parse_cost(raw, max_inflated)
+    text = raw.decode("ascii")
+    del raw  # the parse's peak holds the text and the objects, not the bytes too
     try:
-        doc = json.loads(raw)
+        doc = json.loads(text)
     except (ValueError, RecursionError):
         raise PushError(MALFORMED, "body is not JSON") from None
     return from_payload(doc, schema)

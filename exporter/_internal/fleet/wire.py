@@ -39,10 +39,13 @@ the exact `sum` of the values, and for each `le` boundary that falls inside an H
 (`straddles`). `exemplars` are the latest traced call per `le` bucket (position into the
 boundaries, len(boundaries) for +Inf), which the aggregator serves in OpenMetrics.
 
-`retry` (absent when false) marks the resend of a batch whose earlier attempt went unanswered
-after it was sent whole: the aggregator may have applied it. An aggregator that no longer knows
-the worker (its entry was evicted, `aggregator.max_workers`) cannot tell, and refuses it (409,
-`evicted`) rather than count it twice.
+`retry` (absent when false) marks every resend of a batch one of whose attempts reached a
+connection without a definite answer (a timeout, a reset, a proxy's 5xx): the aggregator may
+have applied it. An aggregator that no longer knows the worker (its entry was evicted,
+`aggregator.max_workers`) cannot tell, and refuses it (409, `evicted`) rather than count it
+twice. A push without it is the batch's first attempt, sent only once every earlier batch of
+the worker was acknowledged or given up: it settles every lower `seq`. The body is ASCII (every
+other character escaped, as `json.dumps` does by default).
 
 Every counter key may be absent (no rows: `input_tokens`, `cached_tokens`, `upstreams`,
 `label_folds` and `counters` came after the first release of version 1), and so may the `count`

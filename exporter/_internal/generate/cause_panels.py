@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from grafanalib import core
 
 from .. import names
-from ..diagnose.causes import CONNECT, IDENTITY, RUNBOOK, SIGNALS_BY_KEY, UNKNOWN
+from ..diagnose.causes import CONNECT, DEFAULT, IDENTITY, RUNBOOK, SIGNALS_BY_KEY, UNKNOWN
 from ..promql import MODEL_ROUTE, by, duration, eq, regex, selector
 from .grafana import Row
 from .panels import Queries, target, timeseries, top
@@ -66,8 +66,8 @@ def why_row(q: Queries) -> list[tuple[core.Panel, int]]:
                             "{{cause}} {{model}} {{route}} {{tenant}}")], "short",
                     q.runbook(RUNBOOK[UNKNOWN])), 24),
         (timeseries(f"Input tokens per call, {vs} (top 10)",
-                    "Above 1.5 with the prefill phase up: a prefill surge (longer prompts). 1 "
-                    f"until {ago} of history exists.",
+                    f"Above {DEFAULT.input_factor:g} with the prefill phase up: a prefill "
+                    f"surge (longer prompts). 1 until {ago} of history exists.",
                     [target(rise("input_tokens"), MR_LEGEND)], "x",
                     q.runbook(RUNBOOK["prefill_surge"])), 6),
         (timeseries("Cached share of input tokens by tenant, now "
@@ -78,8 +78,8 @@ def why_row(q: Queries) -> list[tuple[core.Panel, int]]:
                             "{{model}} {{tenant}}")], "percentunit",
                     q.runbook(RUNBOOK["cold_cache"])), 6),
         (timeseries(f"Largest stall per call (mean), {vs} (top 10)",
-                    "Above 2 for every route of a model: a noisy neighbour in the provider's "
-                    f"batch. 1 until {ago} of history exists.",
+                    f"Above {DEFAULT.stall_factor:g} for every route of a model: a noisy "
+                    f"neighbour in the provider's batch. 1 until {ago} of history exists.",
                     [target(rise("stall"), MR_LEGEND)], "x",
                     q.runbook(RUNBOOK["noisy_neighbour"])), 6),
         (timeseries("Calls to a new upstream (share), connect phase "

@@ -26,7 +26,8 @@ static PyObject *phase_names;    /* names.PHASES: queue ... prefill, reasoning, 
 static PyObject *str_start, *str_dispatched, *str_connected, *str_sent, *str_headers,
     *str_first_token, *str_first_answer_token, *str_end, *str_token_times,
     *str_reasoning_events, *str_input_tokens, *str_output_tokens, *str_cached_input_tokens,
-    *str_max_tokens, *str_pending, *str_pending_slice, *str_fold;
+    *str_max_tokens, *str_server_queue, *str_server_prefill, *str_pending, *str_pending_slice,
+    *str_fold;
 
 /* Python's floor division by a positive divisor. */
 static inline long long
@@ -77,8 +78,11 @@ set_phase(PyObject *phases, Py_ssize_t which, PyObject *value)
 /* The timeline's fields this file reads, in this order; the first six are the stamps the
  * consecutive phases lie between. */
 enum { START, DISPATCHED, CONNECTED, SENT, HEADERS, FIRST_TOKEN, FIRST_ANSWER, END,
-       REASONING_EVENTS, OUTPUT_TOKENS, MAX_TOKENS, INPUT_TOKENS, CACHED_INPUT_TOKENS,
-       TOKEN_TIMES, N_FIELDS };
+       REASONING_EVENTS, OUTPUT_TOKENS, MAX_TOKENS, SERVER_QUEUE, SERVER_PREFILL, INPUT_TOKENS,
+       CACHED_INPUT_TOKENS, TOKEN_TIMES, N_FIELDS };
+
+/* Derived's length; phases and gaps are its items 10 and 11. */
+#define N_DERIVED 15
 
 static PyObject *
 derive(PyObject *module, PyObject *t)
@@ -86,9 +90,10 @@ derive(PyObject *module, PyObject *t)
     PyObject **field_names[N_FIELDS] = {
         &str_start, &str_dispatched, &str_connected, &str_sent, &str_headers, &str_first_token,
         &str_first_answer_token, &str_end, &str_reasoning_events, &str_output_tokens,
-        &str_max_tokens, &str_input_tokens, &str_cached_input_tokens, &str_token_times};
-    PyObject *field[N_FIELDS] = {NULL}, *items[12] = {NULL}, *times, *d, *value;
-    long long v[INPUT_TOKENS] = {0}, last = 0, output, head;
+        &str_max_tokens, &str_server_queue, &str_server_prefill, &str_input_tokens,
+        &str_cached_input_tokens, &str_token_times};
+    PyObject *field[N_FIELDS] = {NULL}, *items[N_DERIVED] = {NULL}, *times, *d, *value;
+    long long v[INPUT_TOKENS] = {0}, last = 0, output, head, ttft, queue, prefill, outside;
     int absent[INPUT_TOKENS], i;
     Py_ssize_t events, k;
 
@@ -146,6 +151,17 @@ derive(PyObject *module, PyObject *t)
             goto error;
     }
     items[0] = span_us(absent[START], v[START], absent[FIRST_TOKEN], v[FIRST_TOKEN]);
+    /* the server's queue and prefill, and what of a streamed call's ttft is outside them */
+    queue = absent[SERVER_QUEUE] ? 0 : floordiv(v[SERVER_QUEUE], NS_PER_US);
+    prefill = absent[SERVER_PREFILL] ? 0 : floordiv(v[SERVER_PREFILL], NS_PER_US);
+    items[12] = absent[SERVER_QUEUE] ? Py_NewRef(Py_None) : PyLong_FromLongLong(queue);
+    items[13] = absent[SERVER_PREFILL] ? Py_NewRef(Py_None) : PyLong_FromLongLong(prefill);
+    if (events && items[0] != NULL && items[0] != Py_None && !absent[SERVER_PREFILL]) {
+        ttft = floordiv(v[FIRST_TOKEN] - v[START], NS_PER_US);
+        outside = ttft - queue - prefill;
+        items[14] = PyLong_FromLongLong(outside > 0 ? outside : 0);
+    } else
+        items[14] = Py_NewRef(Py_None);
     items[1] = span_us(absent[START], v[START], absent[FIRST_ANSWER], v[FIRST_ANSWER]);
     /* tpot: output = t.output_tokens if t.output_tokens else events */
     output = (!absent[OUTPUT_TOKENS] && v[OUTPUT_TOKENS]) ? v[OUTPUT_TOKENS] : events;
@@ -165,12 +181,13 @@ derive(PyObject *module, PyObject *t)
         items[9] = PyLong_FromLongLong(head > 0 ? head : 0);
     } else
         items[9] = Py_NewRef(Py_None);
-    for (i = 0; i < 12; i++)
+    for (i = 0; i < N_DERIVED; i++)
         if (items[i] == NULL)
             goto error;
-    if ((d = ((PyTypeObject *)derived_type)->tp_alloc((PyTypeObject *)derived_type, 12)) == NULL)
+    d = ((PyTypeObject *)derived_type)->tp_alloc((PyTypeObject *)derived_type, N_DERIVED);
+    if (d == NULL)
         goto error;
-    for (i = 0; i < 12; i++)
+    for (i = 0; i < N_DERIVED; i++)
         PyTuple_SET_ITEM(d, i, items[i]);
     for (i = 0; i < N_FIELDS; i++)
         Py_DECREF(field[i]);
@@ -182,7 +199,7 @@ python:
     return PyObject_CallOneArg(python_derive, t);
 
 error:
-    for (i = 0; i < 12; i++)
+    for (i = 0; i < N_DERIVED; i++)
         Py_XDECREF(items[i]);
     for (i = 0; i < N_FIELDS; i++)
         Py_XDECREF(field[i]);
@@ -388,13 +405,19 @@ error:
 static PyObject *
 bind(PyObject *module, PyObject *args)
 {
-    PyObject *cls, *fallback_derive, *phases;
+    PyObject *cls, *fallback_derive, *phases, *fields;
+    Py_ssize_t n_fields;
     if (!PyArg_ParseTuple(args, "O!OO!", &PyType_Type, &cls, &fallback_derive, &PyTuple_Type,
                           &phases))
         return NULL;
-    if (!PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) || PyTuple_GET_SIZE(phases) != 7) {
-        PyErr_SetString(PyExc_ValueError,
-                        "bind(Derived, derive_in_python, PHASES): a tuple type, seven phases");
+    if ((fields = PyObject_GetAttrString(cls, "_fields")) == NULL)
+        return NULL;
+    n_fields = PyObject_Length(fields);
+    Py_DECREF(fields);
+    if (!PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) || PyTuple_GET_SIZE(phases) != 7 ||
+        n_fields != N_DERIVED) {
+        PyErr_SetString(PyExc_ValueError, "bind(Derived, derive_in_python, PHASES): a tuple "
+                                          "type of the fields derive builds, seven phases");
         return NULL;
     }
     Py_XSETREF(derived_type, Py_NewRef(cls));
@@ -441,6 +464,8 @@ PyInit__hotrecord(void)
     INTERN(str_output_tokens, "output_tokens");
     INTERN(str_cached_input_tokens, "cached_input_tokens");
     INTERN(str_max_tokens, "max_tokens");
+    INTERN(str_server_queue, "server_queue");
+    INTERN(str_server_prefill, "server_prefill");
     INTERN(str_pending, "pending");
     INTERN(str_pending_slice, "pending_slice");
     INTERN(str_fold, "fold");

@@ -14,12 +14,20 @@ cannot grow the exporter either. Every fold is counted, in the store's counter r
 `ttft_exporter_label_folds_total` per label otherwise; a replaced value in
 `ttft_exporter_dropped_total{reason="bad_label"}`), so dashboards and alerts can show how much
 traffic lost a label. Not thread-safe: the store's lock covers it.
+
+Caps do not fill for good (a client that controls a tenant header could otherwise push every
+later tenant into `__other__`): each kept value remembers the epoch it was last seen in, and a
+value unseen for `labels.expire_seconds` frees its slot (`expire`, at the store's epoch ticks,
+EPOCHS per `expire_seconds`); the store then drops its series and rows. A value in use is never
+evicted to make room: an attacker can take only free slots, and holds them only while it keeps
+sending.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from .. import names
 from ..config.settings import LabelConfig
@@ -28,6 +36,49 @@ from ..config.settings import LabelConfig
 INVALID = "invalid"
 #: Labels whose distinct values are capped globally (tenants are capped per (model, route)).
 CAPPED = (names.MODEL, names.ROUTE, names.PROVIDER, names.TASK)
+#: Epochs per `labels.expire_seconds`: a value is freed once unseen for that many epochs, i.e.
+#: between 1 and 1 + 1/EPOCHS times `expire_seconds` after it was last seen (ticks on time).
+EPOCHS = 4
+
+#: An upstream identity of a model: (model, address, region, fingerprint).
+Upstream = tuple[str, str, str, str]
+
+
+@dataclass
+class Expired:
+    """The values an epoch tick freed: their series and rows go too."""
+
+    values: dict[str, set[str]] = field(default_factory=lambda: {label: set()
+                                                                  for label in CAPPED})
+    tenants: set[tuple[str, str, str]] = field(default_factory=set)  # (model, route, tenant)
+    upstreams: set[Upstream] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.tenants or self.upstreams or any(self.values.values()))
+
+    def covers(self, labels: Sequence[str], values: Sequence[str]) -> bool:
+        """True when a series or row with these label values carries a freed value."""
+        return self.matcher(labels)(values)
+
+    def matcher(self, labels: Sequence[str]) -> Callable[[Sequence[str]], bool]:
+        """`covers` for many series or rows of one label layout: the positions found once."""
+        at = {label: i for i, label in enumerate(labels)}
+        capped = [(at[label], self.values[label]) for label in CAPPED
+                  if label in at and self.values[label]]
+        tenant = (at[names.MODEL], at[names.ROUTE], at[names.TENANT]) if self.tenants and \
+            {names.MODEL, names.ROUTE, names.TENANT} <= at.keys() else None
+        upstream = (at[names.MODEL], at[names.ADDRESS], at[names.REGION],
+                    at[names.FINGERPRINT]) if self.upstreams and names.ADDRESS in at else None
+        tenants, upstreams = self.tenants, self.upstreams
+
+        def covered(values: Sequence[str]) -> bool:
+            for i, freed in capped:
+                if values[i] in freed:
+                    return True
+            if tenant is not None and tuple(values[i] for i in tenant) in tenants:
+                return True
+            return upstream is not None and tuple(values[i] for i in upstream) in upstreams
+        return covered
 
 
 class LabelGuard:
@@ -38,9 +89,11 @@ class LabelGuard:
         self._allow = frozenset(config.tenant_allowlist)
         self._caps = {names.MODEL: config.max_models, names.ROUTE: config.max_routes,
                       names.PROVIDER: config.max_providers, names.TASK: config.max_tasks}
-        self._seen: dict[str, set[str]] = {label: set() for label in CAPPED}
-        self._tenants: dict[tuple[str, str], set[str]] = {}
-        self._upstreams: dict[str, set[tuple[str, str, str]]] = {}
+        #: Each kept value with the epoch it was last seen in (`expire` frees the stale ones).
+        self.epoch = 0
+        self._seen: dict[str, dict[str, int]] = {label: {} for label in CAPPED}
+        self._tenants: dict[tuple[str, str], dict[str, int]] = {}
+        self._upstreams: dict[str, dict[tuple[str, str, str], int]] = {}
         self._tenant_values = 0  # in all of _tenants' sets
         self._hashed: dict[str, str] = {}
         #: Values already found clean (a set lookup instead of the checks, every call).
@@ -77,10 +130,13 @@ class LabelGuard:
         when `count` is not 0)."""
         value = self.clean(raw, count > 0)
         seen = self._seen[label]
-        if value in seen or value == names.OTHER_TENANT:
+        if value in seen:
+            seen[value] = self.epoch
+            return value
+        if value == names.OTHER_TENANT:
             return value
         if len(seen) < self._caps[label]:
-            seen.add(value)
+            seen[value] = self.epoch
             return value
         self.fold(label, count)
         return names.OTHER_TENANT
@@ -109,13 +165,14 @@ class LabelGuard:
                 return self._fold(model, route, count)
         seen = self._tenants.get((model, route))
         if seen is None:
-            seen = self._tenants[(model, route)] = set()
+            seen = self._tenants[(model, route)] = {}
         if value in seen:
+            seen[value] = self.epoch
             return value
         if len(seen) >= self.config.max_tenants or \
                 self._tenant_values >= self.config.max_series:
             return self._fold(model, route, count)
-        seen.add(value)
+        seen[value] = self.epoch
         self._tenant_values += 1
         return value
 
@@ -130,11 +187,12 @@ class LabelGuard:
             return identity
         seen = self._upstreams.get(model)
         if seen is None:
-            seen = self._upstreams[model] = set()
+            seen = self._upstreams[model] = {}
         if identity in seen:
+            seen[identity] = self.epoch
             return identity
         if len(seen) < self.config.max_upstreams:
-            seen.add(identity)
+            seen[identity] = self.epoch
             return identity
         self.fold(names.FOLD_UPSTREAM, count)
         return (names.OTHER_TENANT,) * 3  # type: ignore[return-value]
@@ -157,6 +215,44 @@ class LabelGuard:
                 out[names.MODEL], out[names.ADDRESS], out[names.REGION],
                 out[names.FINGERPRINT], count if names.ADDRESS in counted else 0)
         return tuple(out[label] for label in labels)
+
+    def expire(self) -> Expired:
+        """A new epoch: free every value last seen EPOCHS epochs ago or earlier (a model's or a
+        route's tenants and a model's upstreams go with it) and return them."""
+        self.epoch += 1
+        oldest = self.epoch - EPOCHS  # seen in this epoch or later: kept
+        out = Expired()
+        for label, seen in self._seen.items():
+            stale = [value for value, epoch in seen.items() if epoch < oldest]
+            for value in stale:
+                del seen[value]
+            out.values[label].update(stale)
+        models, routes = out.values[names.MODEL], out.values[names.ROUTE]
+        for (model, route), seen in list(self._tenants.items()):
+            gone = model in models or route in routes
+            stale = list(seen) if gone else [t for t, epoch in seen.items() if epoch < oldest]
+            for tenant in stale:
+                del seen[tenant]
+            self._tenant_values -= len(stale)
+            if not gone:
+                out.tenants.update((model, route, tenant) for tenant in stale)
+            if not seen:
+                del self._tenants[(model, route)]
+        for model, identities in list(self._upstreams.items()):
+            stale = list(identities) if model in models else [
+                identity for identity, epoch in identities.items() if epoch < oldest]
+            for identity in stale:
+                del identities[identity]
+            if model not in models:
+                out.upstreams.update((model, *identity) for identity in stale)
+            if not identities:
+                del self._upstreams[model]
+        if out:  # the caches may be full of freed values: let the new ones in
+            if len(self._clean) >= self._cache_max:
+                self._clean.clear()
+            if len(self._hashed) >= self._cache_max:
+                self._hashed.clear()
+        return out
 
     def fold(self, label: str, count: int) -> None:
         """Count `count` calls (or tasks) whose `label` folded (the whole label set: "series")."""

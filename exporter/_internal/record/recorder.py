@@ -60,7 +60,8 @@ class Recorder(Store):
         self._kept_calls: dict[tuple[str, str, str, str], tuple[str, str, str, str]] = {}
         #: Recorded (model, provider, route, tenant) -> the series of each of `_observations`
         #: (None until a value made it): no label tuple built and looked up per value. Series
-        #: are never removed, so an entry stays right; bounded by `labels.max_series`.
+        #: are removed only at the guard's epochs, which empty all three caches
+        #: (`forget_label_answers`); bounded by `labels.max_series`.
         self._call_series: dict[tuple[str, str, str, str], list[Series | None]] = {}
         #: What a call observes, in one loop: (family state, index of its value in Derived,
         #: None) for every per-call family, then (the phase family's state, None, phase) for
@@ -74,6 +75,13 @@ class Recorder(Store):
         self._value_keys = tuple(phase if field is None else field
                                  for _, field, phase in self._observations)
         self._every_observation = range(len(self._observations))
+
+    def forget_label_answers(self) -> None:
+        """At each of the guard's epochs (under the lock): the next call of every label set asks
+        the guard again, which sees its values in use, and finds its series anew."""
+        self._kept.clear()
+        self._kept_calls.clear()
+        self._call_series.clear()
 
     # --- recording (caller's thread; never raises) -----------------------------------------
 

@@ -19,6 +19,12 @@ bytes; windowed families hold up to `window.slices` slices of raw values (at mos
 HDR counters; a series scraped as protobuf keeps its native counts too (native_counts.py: 8
 bytes per populated native bucket). The number of series is capped by `labels.max_series`, and so is each counter's
 number of rows; tenants by `labels.max_tenants` per (model, route).
+
+Label expiry (`labels.expire_seconds`): every reader's or other role's lock (`held`) first
+checks the clock; at most every `expire_seconds / guard.EPOCHS` it starts a new epoch of the
+guard (`expire_labels`), whose freed values take their series and counter rows with them (as
+Prometheus marks a series stale once it is gone: a value that comes back starts from zero,
+which `rate()` reads as a counter reset). Zero gauge rows go too; a call in flight keeps its.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from .. import names
 from ..config.settings import Config
 from .clock import SYSTEM, Clock
 from .exemplar import Exemplar
-from .guard import LabelGuard
+from .guard import EPOCHS, Expired, LabelGuard
 from .histogram import Histogram, WindowPart
 from .native_counts import Frozen, NativeCounts, native_table
 from .schema import Schema
@@ -81,8 +87,14 @@ class _Held:
         self.store = store
 
     def __enter__(self) -> None:
-        if not self.store._acquire():
+        store = self.store
+        if not store._acquire():
             raise RuntimeError("the store's lock was re-entered by a reader")
+        if store.epoch_ns and store.clock.monotonic_ns() >= store.next_epoch_ns:
+            try:
+                store.expire_labels()
+            except Exception:  # (never fails the reader: counted)
+                store._drop_locked(names.DROP_INTERNAL)
 
     def __exit__(self, *exc: object) -> None:
         self.store._release()
@@ -109,6 +121,11 @@ class Store:
         self.series_count = 0
         #: Series changed since a reader last took them.
         self.dirty: set[Series] = set()
+        #: The guard's epochs (0: labels never expire), and when the next one starts.
+        self.epoch_ns = int(config.labels.expire_seconds * 1e9 / EPOCHS)
+        self.next_epoch_ns = clock.monotonic_ns() + self.epoch_ns
+        #: How many times series or rows were removed (readers with caches compare it).
+        self.removals = 0
 
     # --- the lock -----------------------------------------------------------------------------
 
@@ -197,6 +214,34 @@ class Store:
             row = counter.overflow(row)
         rows[row] = rows.get(row, 0) + n
         return row
+
+    def expire_labels(self) -> None:
+        """A new epoch of the guard (under the lock): the series and counter rows of the
+        values it freed are dropped; the caches of what the guard answered are forgotten, so
+        every value in use passes the guard, and is seen, in each epoch."""
+        self.next_epoch_ns = self.clock.monotonic_ns() + self.epoch_ns
+        expired = self.guard.expire()
+        self.forget_label_answers()
+        if expired:
+            self._drop_expired(expired)
+
+    def forget_label_answers(self) -> None:
+        """Forget any cache of the guard's answers (a role that keeps one overrides this)."""
+
+    def _drop_expired(self, expired: Expired) -> None:
+        """Drop the series and counter rows carrying a value the guard freed."""
+        for state in self.families.values():
+            covered = expired.matcher(state.label_names)
+            gone = [values for values in state.series if covered(values)]
+            for values in gone:
+                self.dirty.discard(state.series.pop(values))
+            self.series_count -= len(gone)
+        for counter in names.COUNTERS:
+            rows, covered = self.rows[counter.name], expired.matcher(counter.labels)
+            for row in [row for row, n in rows.items()
+                        if (n == 0 or not counter.gauge) and covered(row)]:
+                del rows[row]
+        self.removals += 1
 
     def series(self, state: FamilyState, values: tuple[str, ...]) -> Series | None:
         """The series of these label values, created (and marked changed) if new; None past

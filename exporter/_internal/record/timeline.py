@@ -54,6 +54,11 @@ class CallTimeline:
     #: ns of the server phase (sent -> headers) the provider did not spend itself by its own
     #: account (`openai-processing-ms`): the network round trip. None when it does not say.
     round_trip: int | None = None
+    #: The server's own account of its time before the first token, in ns, where its response
+    #: carries one (vLLM's per-request `metrics`, llama.cpp's `timings`): the time the request
+    #: waited in its queue, and from scheduling (or prompt processing) to the first token.
+    server_queue: int | None = None
+    server_prefill: int | None = None
 
     def token(self, now: int, kind: str = names.CONTENT) -> None:
         """Note one token event at `now`: a stamp and a counter, nothing more."""
@@ -89,7 +94,7 @@ def new_timeline(start: int, model: str, provider: str, route: str, tenant: str
         t.first_answer_token = t.end = t.input_tokens = t.output_tokens = \
         t.cached_input_tokens = t.reasoning_output_tokens = t.outcome = t.trace_id = \
         t.upstream_address = t.upstream_region = t.fingerprint = t.max_tokens = \
-        t.finish_reason = t.round_trip = None
+        t.finish_reason = t.round_trip = t.server_queue = t.server_prefill = None
     t.token_times = []
     t.reasoning_events = 0
     return t
@@ -114,6 +119,12 @@ class Derived(NamedTuple):
     max_tokens_headroom: int | None
     phases: dict[str, int]
     gaps: list[int]
+    #: The server's own queue and prefill (µs), where it reported them.
+    server_queue: int | None
+    server_prefill: int | None
+    #: A streamed call's time to first token less the server's queue and prefill (µs, at
+    #: least 0): the client's queue, the network, any gateway, the server's HTTP layer.
+    outside_server: int | None
 
 
 def _span(a: int | None, b: int | None) -> int | None:
@@ -177,10 +188,17 @@ def derive_in_python(t: CallTimeline) -> Derived:
     headroom = None
     if max_tokens is not None and t.output_tokens is not None:
         headroom = max(0, max_tokens - t.output_tokens)
+    ttft = (first - start) // NS_PER_US if first is not None and start is not None \
+        and first >= start else None
+    queue = None if t.server_queue is None else t.server_queue // NS_PER_US
+    prefill = None if t.server_prefill is None else t.server_prefill // NS_PER_US
+    outside = None
+    # streamed only: a non-streamed call's first token arrives with the whole body
+    if events and ttft is not None and prefill is not None:
+        outside = max(0, ttft - (queue or 0) - prefill)
     # built without the namedtuple's Python-level __new__ (its fields, in order)
     return _new_tuple(Derived, (
-        (first - start) // NS_PER_US if first is not None and start is not None
-        and first >= start else None,
+        ttft,
         (answer - start) // NS_PER_US if answer is not None
         and start is not None and answer >= start else None,
         tpot,
@@ -194,6 +212,9 @@ def derive_in_python(t: CallTimeline) -> Derived:
         headroom,
         phases(t),
         gaps,
+        queue,
+        prefill,
+        outside,
     ))
 
 
@@ -202,9 +223,10 @@ _new_tuple = tuple.__new__
 try:
     from ._hotrecord import bind as _bind_c
     from ._hotrecord import derive as _derive_in_c
-except ImportError:  # built without a compiler: the Python definition
+
+    _bind_c(Derived, derive_in_python, names.PHASES)
+except (ImportError, ValueError):  # built without a compiler (or from other fields): Python
     derive = derive_in_python
 else:
-    _bind_c(Derived, derive_in_python, names.PHASES)
     derive = _derive_in_c
 

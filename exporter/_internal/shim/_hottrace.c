@@ -6,7 +6,8 @@
  * and stamps the call's timeline (CLOCK_MONOTONIC, the clock behind `time.perf_counter_ns()`
  * on Linux: sdk_call.py builds a Tracer only where they are the same) as `stamp` does. What
  * is not a plain stamp stays in Python: the response headers go to `on_headers(t, now, info)`
- * (the provider's processing time), the response's close to the call's `_closed()`. Nothing
+ * (the provider's processing time, the region), a new connection to `on_connected(t, info)`
+ * (the address it reached), the response's close to the call's `_closed()`. Nothing
  * here raises into httpcore: a failure is the call's `count_drop()`, as in `__call__`.
  */
 #define PY_SSIZE_T_CLEAN
@@ -27,6 +28,7 @@ typedef struct {
     PyObject *timeline;   /* its CallTimeline */
     PyObject *events;     /* httpx_trace.EVENTS: event name -> step code */
     PyObject *on_headers; /* httpx_trace.note_headers(t, now, info) */
+    PyObject *on_connected; /* httpx_trace.note_connected(t, info) */
 } Tracer;
 
 static inline long long
@@ -104,6 +106,12 @@ step(Tracer *tr, long code, PyObject *info)
         break;
     case CONNECTED:
         rc = PyObject_SetAttr(t, str_connected, now);
+        if (rc == 0 && info != Py_None) {
+            PyObject *args[2] = {t, info};
+            PyObject *r = PyObject_Vectorcall(tr->on_connected, args, 2, NULL);
+            Py_XDECREF(r);
+            rc = r == NULL ? -1 : 0;
+        }
         break;
     }
     Py_DECREF(now);
@@ -141,10 +149,10 @@ Tracer_call(Tracer *tr, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 static PyObject *
 Tracer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    PyObject *call, *timeline, *events, *on_headers;
+    PyObject *call, *timeline, *events, *on_headers, *on_connected;
     Tracer *tr;
-    if (!PyArg_ParseTuple(args, "OOO!O:Tracer", &call, &timeline, &PyDict_Type, &events,
-                          &on_headers))
+    if (!PyArg_ParseTuple(args, "OOO!OO:Tracer", &call, &timeline, &PyDict_Type, &events,
+                          &on_headers, &on_connected))
         return NULL;
     if ((tr = (Tracer *)type->tp_alloc(type, 0)) == NULL)
         return NULL;
@@ -152,6 +160,7 @@ Tracer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     tr->timeline = Py_NewRef(timeline);
     tr->events = Py_NewRef(events);
     tr->on_headers = Py_NewRef(on_headers);
+    tr->on_connected = Py_NewRef(on_connected);
     tr->vectorcall = (vectorcallfunc)Tracer_call;
     return (PyObject *)tr;
 }
@@ -163,6 +172,7 @@ Tracer_traverse(Tracer *tr, visitproc visit, void *arg)
     Py_VISIT(tr->timeline);
     Py_VISIT(tr->events);
     Py_VISIT(tr->on_headers);
+    Py_VISIT(tr->on_connected);
     return 0;
 }
 
@@ -173,6 +183,7 @@ Tracer_clear(Tracer *tr)
     Py_CLEAR(tr->timeline);
     Py_CLEAR(tr->events);
     Py_CLEAR(tr->on_headers);
+    Py_CLEAR(tr->on_connected);
     return 0;
 }
 
@@ -191,8 +202,8 @@ static PyMemberDef Tracer_members[] = {
 static PyTypeObject TracerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "exporter._internal.shim._hottrace.Tracer",
-    .tp_doc = "Tracer(call, timeline, events, on_headers): the httpx trace extension of a "
-              "sync SDK call (sdk_call.py).",
+    .tp_doc = "Tracer(call, timeline, events, on_headers, on_connected): the httpx trace "
+              "extension of a sync SDK call (sdk_call.py).",
     .tp_basicsize = sizeof(Tracer),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = Tracer_new,

@@ -13,15 +13,22 @@ Token events (docs/metrics.md): `content_block_delta` with a non-empty `text_del
 Usage: Anthropic's `input_tokens` excludes the prompt-cache reads and writes. To keep
 `llm_client_input_tokens` the total prompt size for every provider (OpenAI's count includes
 cached tokens), input = `input_tokens + cache_read_input_tokens + cache_creation_input_tokens`
-and cached = `cache_read_input_tokens`. Streamed usage is spread over `message_start` (input,
-cache) and `message_delta` (cumulative output; newer servers repeat the input counts there).
+and cached = `cache_read_input_tokens` (the span's cache write: `cache_creation_input_tokens`).
+Streamed usage is spread over `message_start` (input, cache) and `message_delta` (cumulative
+output; newer servers repeat the input counts there).
+
+Upstream: a Message carries no fingerprint of its serving configuration (no field like
+OpenAI's `system_fingerprint`), and the headers Anthropic documents on every response
+(`request-id`, `anthropic-organization-id`) name the request and the account, not the upstream:
+an Anthropic call's upstream is its address and region, its fingerprint `unknown`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Callable
 
-from ..names import CONTENT, REASONING, TOOL
+from ..names import ATTR_CACHE_WRITE_TOKENS, CONTENT, REASONING, TOOL
 from .hooks import SDK, client_hooks, start_hook
 from .providers import client_provider
 from .sdk_call import HOT_ANTHROPIC, Endpoint, SdkCall, field
@@ -87,6 +94,9 @@ def _record(call: SdkCall, seen: dict[str, Any]) -> None:
         total = sum(p for p in parts if isinstance(p, int))
     call.usage(input=total, output=seen.get("output_tokens"),
                   cached=seen.get("cache_read_input_tokens"), model=seen.get("model"))
+    written = seen.get("cache_creation_input_tokens")
+    if call._attributes and type(written) is int and written >= 0:  # only the span reads it
+        call.span_attributes[ATTR_CACHE_WRITE_TOKENS] = written
 
 
 ENDPOINTS = {"/v1/messages": Endpoint(classify, final, body_usage, HOT_ANTHROPIC)}
@@ -106,20 +116,18 @@ def provider(client: Any) -> str:
 SDK_SPEC = SDK("anthropic", ENDPOINTS, provider)
 
 
-def targets() -> list[tuple[type, str, Any]]:
-    """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
-    from anthropic import _base_client, _streaming
-    from anthropic.resources.messages import messages
+def targets() -> dict[str, Callable[[Any], list[tuple[type, str, Any]]]]:
+    """Each module holding hooked classes -> its hooks once imported: (class, attribute,
+    make_replacement(original)). instrument() patches a module when the app imports it."""
+    return {
+        "anthropic._base_client": lambda base_client: client_hooks(
+            base_client, importlib.import_module("anthropic._streaming"),
+            importlib.import_module("anthropic._response"), SDK_SPEC),
+        "anthropic.resources.messages.messages": _create_hooks,
+        "anthropic.resources.beta.messages.messages": _create_hooks,
+    }
 
-    out = client_hooks(_base_client, _streaming, SDK_SPEC) + [
-        (messages.Messages, "create", lambda f: start_hook(f, is_async=False)),
-        (messages.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)),
-    ]
-    try:
-        from anthropic.resources.beta.messages import messages as beta
-    except ImportError:
-        pass
-    else:
-        out.append((beta.Messages, "create", lambda f: start_hook(f, is_async=False)))
-        out.append((beta.AsyncMessages, "create", lambda f: start_hook(f, is_async=True)))
-    return out
+
+def _create_hooks(module: Any) -> list[tuple[type, str, Any]]:
+    return [(module.Messages, "create", lambda f: start_hook(f, is_async=False)),
+            (module.AsyncMessages, "create", lambda f: start_hook(f, is_async=True))]

@@ -8,20 +8,18 @@ Between services the deadline travels as the header `ttft-deadline-ms`: the whol
 left, relative (as gRPC's `grpc-timeout`) so the two clocks need not agree. The transit time is
 not subtracted, so a downstream deadline is late by one network hop. SDK calls made in a task
 with a deadline send it next to their `traceparent` (manual.py); other outbound calls get it
-from `DeadlinePropagator`, an OpenTelemetry propagator (`OTEL_PROPAGATORS=tracecontext,baggage,
-ttft_deadline`, or `exporter.integrations.DeadlinePropagator()` in a composite propagator),
-which also reads it back where OpenTelemetry's server instrumentation extracts the context.
+from `DeadlinePropagator` (deadline_propagator.py), an OpenTelemetry propagator
+(`OTEL_PROPAGATORS=tracecontext,baggage,ttft_deadline`, or
+`exporter.integrations.DeadlinePropagator()` in a composite propagator), which also reads it
+back where OpenTelemetry's server instrumentation extracts the context. It lives apart so that
+this module, on every call's path, imports no OpenTelemetry.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
 from time import perf_counter_ns
-from typing import Any
-
-from opentelemetry import context as otel_context
-from opentelemetry.propagators.textmap import (CarrierT, Getter, Setter, TextMapPropagator,
-                                               default_getter, default_setter)
+from typing import Any, Callable
 
 from .. import names
 
@@ -31,23 +29,28 @@ MAX_MS = 86_400_000
 _NS_PER_MS = 1_000_000
 
 _DEADLINE: ContextVar[int | None] = ContextVar("ttft_exporter_deadline", default=None)
-#: Where DeadlinePropagator.extract leaves an inbound deadline in an OpenTelemetry context.
-_OTEL_KEY = otel_context.create_key("ttft-exporter-deadline")
 
-
-#: Set once `DeadlinePropagator.extract` put a deadline in an OpenTelemetry context (the only
-#: writer of `_OTEL_KEY`): until then no context holds one, and `current()` skips looking.
-_extracted = [False]
+#: Reads the inbound deadline of OpenTelemetry's current context: set once
+#: `DeadlinePropagator.extract` put a deadline in one (the only writer of its key); until then
+#: no context holds one, and `current()` skips looking.
+inbound: list[Callable[[], Any] | None] = [None]
 
 
 def current() -> int | None:
     """The deadline in force here (perf_counter_ns), or None."""
     found = _DEADLINE.get()
     if found is None:
-        if not _extracted[0]:
+        read_inbound = inbound[0]
+        if read_inbound is None:
             return None  # (OpenTelemetry's context lookup is three Python calls)
-        found = otel_context.get_value(_OTEL_KEY)
+        found = read_inbound()
     return found if found.__class__ is int else None
+
+
+def own() -> int | None:
+    """The deadline this context put in force itself (a task's, an inbound request's), without
+    one an OpenTelemetry context carries."""
+    return _DEADLINE.get()
 
 
 def remaining() -> float | None:
@@ -90,32 +93,3 @@ def header_value(deadline: int) -> str:
     """The header value for `deadline`: whole milliseconds left, 0 once it passed."""
     return str(max(0, deadline - perf_counter_ns()) // _NS_PER_MS)
 
-
-class DeadlinePropagator(TextMapPropagator):
-    """OpenTelemetry propagator of the `ttft-deadline-ms` header (inject and extract)."""
-
-    def extract(self, carrier: CarrierT, context: Any = None,
-                getter: Getter[CarrierT] = default_getter) -> Any:
-        base = context if context is not None else otel_context.get_current()
-        try:
-            values = getter.get(carrier, HEADER)
-            deadline = parse(values[0]) if values else None
-        except Exception:
-            deadline = None
-        if deadline is None:
-            return base
-        _extracted[0] = True
-        return otel_context.set_value(_OTEL_KEY, deadline, base)
-
-    def inject(self, carrier: CarrierT, context: Any = None,
-               setter: Setter[CarrierT] = default_setter) -> None:
-        deadline = _DEADLINE.get()
-        if deadline is None:
-            found = otel_context.get_value(_OTEL_KEY, context)
-            deadline = found if found.__class__ is int else None
-        if deadline is not None:
-            setter.set(carrier, HEADER, header_value(deadline))
-
-    @property
-    def fields(self) -> set[str]:
-        return {HEADER}

@@ -9,6 +9,11 @@
 * `build_request_hook` wraps the SDK's `_build_request()`: the request of the current call gets
   the call itself as its httpx `trace` extension (httpx_trace.py). The user's `http_client` is
   never replaced.
+* `process_response_hook` wraps the SDK's `_process_response()`, which every successful
+  request's httpx response goes through before the SDK parses or wraps it: the call notes the
+  upstream the response came from (`SdkCall.reached`), for parsed results too.
+* `read_hook` wraps `APIResponse.read()` (what `parse()`, `json()` and `text()` read through):
+  a non-stream `with_streaming_response` call ends when its caller reads the body.
 * `stream_hook` wraps `Stream.__stream__` / `AsyncStream.__stream__`: the generator the SDK's
   stream object iterates is wrapped by the token loops (tokens.py).
 
@@ -129,6 +134,9 @@ def _leave(scope: _Scope, exc: BaseException | None, result: Any = None, stream:
     call, token, span_token = scope
     try:
         if call is not None and exc is not None:
+            response = getattr(exc, "response", None)  # a status error's
+            if response is not None and hasattr(response, "extensions"):
+                call.reached(response)
             call.end(exc)
     finally:
         _CURRENT.reset(token)
@@ -171,15 +179,85 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
     return request
 
 
-def client_hooks(base_client: Any, streaming: Any, sdk: SDK) -> list[tuple[type, str, Any]]:
-    """The hooks every SDK built on Stainless' base client needs (openai, anthropic)."""
+def client_hooks(base_client: Any, streaming: Any, response: Any, sdk: SDK
+                 ) -> list[tuple[type, str, Any]]:
+    """The hooks every SDK built on Stainless' base client needs (openai, anthropic): its
+    `_base_client`, `_streaming` and `_response` modules."""
     return [
         (base_client.SyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=False)),
         (base_client.AsyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=True)),
         (base_client.BaseClient, "_build_request", build_request_hook),
+        (base_client.SyncAPIClient, "_process_response", process_response_hook),
+        (base_client.AsyncAPIClient, "_process_response", process_response_hook),
         (streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
         (streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
+        (response.APIResponse, "read", lambda f: read_hook(f, is_async=False)),
+        (response.AsyncAPIResponse, "read", lambda f: read_hook(f, is_async=True)),
     ]
+
+
+def process_response_hook(original: Callable) -> Callable:
+    """Wrap `SyncAPIClient._process_response` / `AsyncAPIClient._process_response`: the
+    current call notes where its response came from. One plain function for both: the async
+    original's coroutine is returned as it is, for the SDK to await."""
+    @functools.wraps(original)
+    def _process_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = _CURRENT.get()
+        if call is not None:
+            call.reached(kwargs.get("response"))
+        return original(self, *args, **kwargs)
+    return _process_response
+
+
+def _pending(api_response: Any) -> SdkCall | None:
+    """The call whose body `api_response` (an SDK `APIResponse`) holds for its caller, if it
+    is a non-stream `with_streaming_response` not read yet; else None (quickly, inside
+    `request()`, where the SDK reads a plain call's body itself)."""
+    if _CURRENT.get() is not None:
+        return None
+    try:
+        call = httpx_trace.tracked_of(api_response.http_response, SdkCall)
+    except Exception:
+        return None
+    return call if call is not None and call.pending_body and not call._finished else None
+
+
+def read_hook(original: Callable, is_async: bool) -> Callable:
+    """Wrap `APIResponse.read` / `AsyncAPIResponse.read`: a pending body read to its end is
+    the call's answer (`SdkCall.body_read`); the response's close on the way is not an
+    abandon (`SdkCall.reading`)."""
+    if is_async:
+        @functools.wraps(original)
+        async def read(self: Any) -> Any:
+            call = _pending(self)
+            if call is None:
+                return await original(self)
+            call.reading = True
+            try:
+                body = await original(self)
+            except BaseException as exc:
+                call.reading = False
+                call.end(exc)
+                raise
+            call.body_read(self.http_response)
+            return body
+        return read
+
+    @functools.wraps(original)
+    def read(self: Any) -> Any:  # (the same body without `await`, as request_hook's)
+        call = _pending(self)
+        if call is None:
+            return original(self)
+        call.reading = True
+        try:
+            body = original(self)
+        except BaseException as exc:
+            call.reading = False
+            call.end(exc)
+            raise
+        call.body_read(self.http_response)
+        return body
+    return read
 
 
 def build_request_hook(original: Callable) -> Callable:

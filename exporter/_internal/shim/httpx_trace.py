@@ -10,9 +10,13 @@ are the same). There is no event for a connection-pool wait, so:
   new connection, `http11.send_request_headers.started` (or http2) on a reused one, where
   `connected` = `dispatched`, i.e. connect = 0;
 * `connected` = `connect_tcp` / `start_tls` complete (the last one: TLS, or TLS through a proxy);
+  the new connection's stream also gives the address it reached (`note_connected`), read while
+  the socket is surely open (a connection the server closes after its response is closed by the
+  time a non-streamed body is parsed);
 * `sent` = `send_request_body.complete`; `headers` = `receive_response_headers.complete`,
   whose headers also give the provider's own processing time (`openai-processing-ms`): the
-  rest of sent -> headers is the network round trip (`round_trip`, tasks.py);
+  rest of sent -> headers is the network round trip (`round_trip`, tasks.py), and the region
+  that answered (`names.REGION_HEADERS`), in the same pass over them;
 * `response_closed.started` tells the SDK patch that the response was closed.
 
 Only httpcore-based transports emit these; with any other transport no stamp is taken and the
@@ -36,6 +40,8 @@ from ..names import PROCESSING_HEADER
 from ..record.clock import PERF_COUNTER_IS_CLOCK_MONOTONIC
 
 _PROCESSING = PROCESSING_HEADER.encode("ascii")
+#: Region header (lower case, as bytes) -> its precedence (the first of REGION_HEADERS wins).
+_REGIONS = {name.encode("ascii"): rank for rank, name in enumerate(names.REGION_HEADERS)}
 
 _DISPATCH, _CONNECTED, _SEND_START, _SENT, _HEADERS, _CLOSED = range(6)
 _STEPS = {
@@ -55,9 +61,9 @@ EVENTS = {f"{logger}.{step}": code
           for logger in ("connection", "http11", "http2", "proxy", "socks")
           for step, code in _STEPS.items()}
 
-#: `Tracer(call, timeline, EVENTS, note_headers)`: the C trace extension of a sync SDK call
-#: (setup.py builds it where a compiler is found), or None. Its stamps are CLOCK_MONOTONIC
-#: readings: used only where `perf_counter_ns()` reads that clock too.
+#: `Tracer(call, timeline, EVENTS, note_headers, note_connected)`: the C trace extension of a
+#: sync SDK call (setup.py builds it where a compiler is found), or None. Its stamps are
+#: CLOCK_MONOTONIC readings: used only where `perf_counter_ns()` reads that clock too.
 Tracer: Any
 try:
     from ._hottrace import Tracer
@@ -90,26 +96,50 @@ def stamp(t: Any, name: str, info: Any = None) -> bool:
             t.dispatched = now
     elif code == _CONNECTED:
         t.connected = now
+        if info is not None:
+            note_connected(t, info)
     else:
         return True
     return False
 
 
 def note_headers(t: Any, now: int, info: Any) -> None:
-    """The response headers were read at `now` (`info`: the trace event's)."""
-    note_processing(t, now, _processing_ms(info))
-
-
-def _processing_ms(info: Any) -> Any:
-    """`openai-processing-ms` from a `receive_response_headers.complete` event, or None."""
+    """The response headers were read at `now` (`info`: the trace event's): the provider's
+    processing time and the region, in one pass over the raw headers."""
     try:
         headers = info["return_value"][3]
     except (KeyError, IndexError, TypeError):
-        return None
+        return
+    processing = region = None
+    rank = len(_REGIONS)
     for key, value in headers:
-        if key.lower() == _PROCESSING:
-            return value
-    return None
+        key = key.lower()
+        if key == _PROCESSING:
+            processing = value
+        elif key in _REGIONS and _REGIONS[key] < rank and value:
+            rank, region = _REGIONS[key], value
+    if region is not None and t.upstream_region is None:
+        t.upstream_region = _text(region)
+    note_processing(t, now, processing)
+
+
+def _text(value: Any) -> str:
+    """A raw header value as httpx decodes it (UTF-8, else Latin-1)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
+def note_connected(t: Any, info: Any) -> None:
+    """A connection was made (`info`: the trace event's; its return value is the connection's
+    network stream): the address it reached, unless the request's address is known already."""
+    if t.upstream_address is None and isinstance(info, dict):
+        stream = info.get("return_value")
+        if stream is not None:
+            t.upstream_address = peer_address(stream)
 
 
 def note_processing(t: Any, headers_at: int, value: Any) -> None:
@@ -160,23 +190,35 @@ def attach(request: Any, tracer: Any) -> None:
         extensions["trace"] = (_AsyncChain if is_async else _Chain)(previous, tracer)
 
 
-def upstream_of(response: Any) -> tuple[str | None, str | None]:
-    """("address:port" the connection reached, region header) of an httpx response: the
-    upstream identity a silent route change alters. None where not available (a transport that
-    is not httpcore-based has no `network_stream`)."""
-    address = region = None
-    stream = response.extensions.get("network_stream")
-    if stream is not None:
+def peer_address(stream: Any) -> str | None:
+    """"address:port" an httpcore network stream is connected to; None where it cannot say
+    (a closed socket, a stream of a transport without `server_addr`)."""
+    try:
         peer = stream.get_extra_info("server_addr")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = str(peer[0])
-            address = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
-    headers = response.headers
+    except Exception:  # OSError from a closed socket's getpeername()
+        return None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return None
+
+
+def address_of(response: Any) -> str | None:
+    """"address:port" the connection of an httpx response reached, while that connection is
+    open (`note_connected` saw it at connect time otherwise). None where not available: a
+    transport that is not httpcore-based has no `network_stream`."""
+    stream = response.extensions.get("network_stream")
+    return None if stream is None else peer_address(stream)
+
+
+def region_of(headers: Any) -> str | None:
+    """The region header of an httpx response's headers (for a transport that emits no trace
+    events; otherwise `note_headers` read it)."""
     for name in names.REGION_HEADERS:
         region = headers.get(name)
         if region:
-            break
-    return address, region or None
+            return region
+    return None
 
 
 def tracked_of(response: Any, kind: type) -> Any:

@@ -141,6 +141,18 @@ class Call:
             if isinstance(value, str) and value:
                 setattr(t, attr, value)
 
+    def server_timing(self, queue_ms: float | None = None, prefill_ms: float | None = None
+                      ) -> None:
+        """The server's own account of its time before the first token, in milliseconds as
+        engines report it: how long the request waited in its queue, and its time from
+        scheduling (or from starting on the prompt) to the first token (vLLM's per-request
+        `metrics`, llama.cpp's `timings`). Each a finite number, not negative."""
+        t = self.timeline
+        for attr, value in (("server_queue", queue_ms), ("server_prefill", prefill_ms)):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and 0 <= value < 1e12:  # (NaN fails both; a year is ~3e10 ms)
+                setattr(t, attr, round(value * 1_000_000))
+
     def response(self, id: str | None = None, finish_reason: str | None = None) -> None:
         """The response's id and (once per choice) why the model stopped, for the span; the
         first choice's reason is the call's (the finish-reason counter, truncation rate)."""

@@ -16,11 +16,18 @@ it is one of the `*.delta` events in `RESPONSES_KINDS` with a non-empty delta; e
 
 Usage: input = `prompt_tokens` / `input_tokens` (OpenAI counts include cached tokens), cached =
 `prompt_tokens_details.cached_tokens` / `input_tokens_details.cached_tokens`.
+
+Upstream: a chat completion (and each chunk) names its serving configuration in
+`system_fingerprint`; a Response has no such field (its fingerprint stays unknown).
+
+The server's own timings: vLLM (`metrics`) and llama.cpp (`timings`) add them to a chat
+completion (`server_account`): its queue and prefill, beside the client's phases.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 from ..names import CONTENT, REASONING, TOOL
 from .hooks import SDK, client_hooks, start_hook
@@ -87,6 +94,10 @@ def chat_usage(obj: Any, call: SdkCall) -> None:
                                                               None))
         else:
             call.usage(model=getattr(obj, "model", None))
+        call.upstream(fingerprint=getattr(obj, "system_fingerprint", None))
+        extra = getattr(obj, "__pydantic_extra__", None)  # (fields the SDK does not declare)
+        if extra:
+            server_account(call, extra.get("timings"), extra.get("metrics"))
         if call._attributes:  # only the span and the GenAI metrics read the id
             call.response(id=getattr(obj, "id", None))
         if not call.streaming:
@@ -100,9 +111,30 @@ def chat_usage(obj: Any, call: SdkCall) -> None:
                model=field(obj, "model"))
     call.response(id=field(obj, "id"))
     call.upstream(fingerprint=field(obj, "system_fingerprint"))
+    server_account(call, field(obj, "timings"), field(obj, "metrics"))
     if not call.streaming:
         for choice in field(obj, "choices") or ():
             call.response(finish_reason=field(choice, "finish_reason"))
+
+
+def server_account(call: SdkCall, timings: Any, metrics: Any) -> None:
+    """The server's own account of the call, where an OpenAI-compatible engine adds one to a
+    chat completion (to the body, or to a stream's last chunk): vLLM's per-request `metrics`
+    (`--enable-per-request-metrics`: `queue_time_ms`, and `time_to_first_token_ms` counted
+    from scheduling) and llama.cpp's `timings` (`prompt_ms` for the `prompt_n` prompt tokens
+    it processed, `cache_n` reused from its cache, `predicted_n` generated). llama.cpp's
+    counts stand in for the usage where it said none (a stream without `include_usage`)."""
+    if metrics is not None:
+        call.server_timing(field(metrics, "queue_time_ms"),
+                           field(metrics, "time_to_first_token_ms"))
+    if timings is not None:
+        call.server_timing(prefill_ms=field(timings, "prompt_ms"))
+        t = call.timeline
+        cached, processed = field(timings, "cache_n"), field(timings, "prompt_n")
+        counted = type(cached) is int and type(processed) is int and min(cached, processed) >= 0
+        call.usage(input=cached + processed if counted and t.input_tokens is None else None,
+                   output=field(timings, "predicted_n") if t.output_tokens is None else None,
+                   cached=cached if t.cached_input_tokens is None else None)
 
 
 # --- Responses ------------------------------------------------------------------------------------
@@ -169,16 +201,23 @@ def provider(client: Any) -> str:
 SDK_SPEC = SDK("openai", ENDPOINTS, provider)
 
 
-def targets() -> list[tuple[type, str, Any]]:
-    """(class, attribute, make_replacement(original)) for every hook; raises ImportError."""
-    from openai import _base_client, _streaming
-    from openai.resources.chat.completions import completions
-    from openai.resources.responses import responses
+def targets() -> dict[str, Callable[[Any], list[tuple[type, str, Any]]]]:
+    """Each module holding hooked classes -> its hooks once imported: (class, attribute,
+    make_replacement(original)). instrument() patches a module when the app imports it."""
+    return {
+        "openai._base_client": lambda base_client: client_hooks(
+            base_client, importlib.import_module("openai._streaming"),
+            importlib.import_module("openai._response"), SDK_SPEC),
+        "openai.resources.chat.completions.completions":
+            lambda module: _start_hooks(module.Completions, module.AsyncCompletions),
+        "openai.resources.responses.responses":
+            lambda module: _start_hooks(module.Responses, module.AsyncResponses),
+    }
 
-    out = client_hooks(_base_client, _streaming, SDK_SPEC)
-    for sync_cls, async_cls in ((completions.Completions, completions.AsyncCompletions),
-                                (responses.Responses, responses.AsyncResponses)):
-        for method in ("create", "parse"):
-            out.append((sync_cls, method, lambda f: start_hook(f, is_async=False)))
-            out.append((async_cls, method, lambda f: start_hook(f, is_async=True)))
+
+def _start_hooks(sync_cls: type, async_cls: type) -> list[tuple[type, str, Any]]:
+    out: list[tuple[type, str, Any]] = []
+    for method in ("create", "parse"):
+        out.append((sync_cls, method, lambda f: start_hook(f, is_async=False)))
+        out.append((async_cls, method, lambda f: start_hook(f, is_async=True)))
     return out

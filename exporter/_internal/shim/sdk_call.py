@@ -7,8 +7,14 @@ event, where the usage is).
 
 A call ends exactly once (`end`): when its stream is exhausted (ok), raises (the exception is
 re-raised untouched by the stream wrapper; it only sets the outcome), is closed before its end or
-garbage-collected (abandoned), or when `request()` raises or returns a non-stream result. Nothing
-here raises into the caller: an internal failure is a counted drop.
+garbage-collected (abandoned), when `request()` raises or returns a non-stream result, or, for a
+non-stream `with_streaming_response`, when the caller reads its body. Nothing here raises into
+the caller: an internal failure is a counted drop.
+
+The upstream (docs/metrics.md, `llm_client_upstream_requests_total`) is read the same way on
+every path: the address from the connection (at connect, or from the response the SDK
+processes: `reached`), the region from the response headers, the fingerprint from the body
+(each endpoint's usage reader), whether the SDK parses the body or the caller reads it raw.
 """
 
 from __future__ import annotations
@@ -86,7 +92,7 @@ class SdkCall(Call):
     where the C one (`httpx_trace.Tracer`, the same steps) is not built."""
 
     __slots__ = ("endpoint", "streaming", "claimed", "gen", "finalizer", "usage_seen",
-                 "complete", "__weakref__")
+                 "complete", "pending_body", "reading", "__weakref__")
 
     #: httpcore calls the trace extension (sync) rather than awaiting it (async).
     sync = True
@@ -95,7 +101,9 @@ class SdkCall(Call):
                  genai_provider: str | None = None):
         Call.__init__(self, model, provider, None, None, start, genai_provider)  # (no super())
         self.endpoint = endpoint
-        self.streaming = False  # `request()` returned a stream that has not ended yet
+        #: `request()` returned a response whose body is still to come: a stream that has not
+        #: ended yet, or a `pending_body`.
+        self.streaming = False
         self.claimed = False
         self.gen: weakref.ref | None = None  # our stream wrapper, to tell if it is running
         self.finalizer: _Anchor | None = None  # ends the call if the response is collected
@@ -103,6 +111,10 @@ class SdkCall(Call):
         #: The response's own end was seen (finish_reason, response.completed, message_stop):
         #: closing the stream after it, without reading the trailing framing, is not abandoning.
         self.complete = False
+        #: A non-stream `with_streaming_response`: the caller reads the body after `request()`.
+        self.pending_body = False
+        #: The SDK is reading that body (`read()`; hooks.read_hook): its close is no abandon.
+        self.reading = False
 
     # httpx trace extension (httpcore / httpcore2 call it with each connection event).
     def __call__(self, name: str, info: dict) -> None:
@@ -117,6 +129,8 @@ class SdkCall(Call):
     def _closed(self) -> None:
         """The response was closed. Mid-iteration it is the SDK ending its own stream (the
         wrapper ends the call); otherwise the caller closed it before its end."""
+        if self.reading:
+            return  # the SDK reading a pending body: hooks.read_hook ends the call
         ref = self.gen
         gen = ref() if ref is not None else None
         if gen is not None and (getattr(gen, "gi_running", False)
@@ -127,6 +141,9 @@ class SdkCall(Call):
             # (`with_streaming_response` + `iter_lines()`) ends the call, tokens unseen.
             held = self.finalizer.peek()
             if held is not None and getattr(held[0], "is_stream_consumed", False):
+                if self.pending_body:  # the whole body was read (iter_bytes(), iter_lines())
+                    t = self.timeline
+                    t.first_token = t.first_answer_token = perf_counter_ns()
                 self.end(None)
                 return
         self.end(None, abandoned=True)
@@ -136,8 +153,9 @@ class SdkCall(Call):
         """A request (first attempt or a retry) of this call was built."""
         t = self.timeline
         t.dispatched = t.connected = t.sent = t.headers = None
+        t.upstream_address = t.upstream_region = None  # this attempt's connection and headers
         tracer = self if _Tracer is None or not self.sync else \
-            _Tracer(self, t, _TRACED, httpx_trace.note_headers)
+            _Tracer(self, t, _TRACED, httpx_trace.note_headers, httpx_trace.note_connected)
         extensions = request.extensions
         if extensions.get("trace") is None:  # (`httpx_trace.attach`'s common case, inline)
             extensions["trace"] = tracer
@@ -159,6 +177,19 @@ class SdkCall(Call):
         self.claimed = True
         return True
 
+    def reached(self, response: Any) -> None:
+        """The SDK got the httpx response of this call's request (`_process_response`, or the
+        response of a status error): the address its connection reached, where no connect
+        event said it; the region, where no trace event read the headers."""
+        try:
+            t = self.timeline
+            if t.upstream_address is None:
+                t.upstream_address = httpx_trace.address_of(response)
+            if t.upstream_region is None and t.headers is None:
+                t.upstream_region = httpx_trace.region_of(response.headers)
+        except Exception:
+            self.count_drop()
+
     def returned(self, result: Any, stream: bool) -> None:
         """`request()` returned `result`: a stream to follow, or a complete response."""
         try:
@@ -176,30 +207,52 @@ class SdkCall(Call):
                 if not isinstance(anchor, _RESPONSE_TYPES):
                     anchor = getattr(result, "http_response", None)
                 if anchor is not None:
-                    self.upstream(*httpx_trace.upstream_of(anchor))
                     self.finalizer = _Anchor.attach(anchor, self)
                 return
-            # Not streamed. The first token reaches the caller when the body is parsed, which
-            # is now; the server and prefill phases do not exist apart (they need a stream),
-            # so the headers stamp is dropped and only the network phases remain.
+            # Not streamed. The first token reaches the caller when the body is parsed; the
+            # server and prefill phases do not exist apart (they need a stream), so the headers
+            # stamp is dropped and only the network phases remain.
             t.headers = None
             raw = _http_response(result)
-            if raw is not None:  # (a parsed result keeps no response: no upstream address)
-                self.upstream(*httpx_trace.upstream_of(raw))
-            if raw is None:
-                self.endpoint.body_usage(result, self)
-                t.first_token = t.first_answer_token = now
-            elif raw.is_closed:  # with_raw_response: the body is read, not yet parsed
-                try:
-                    self.endpoint.body_usage(raw.json(), self)
-                except Exception:
-                    pass
-                t.first_token = t.first_answer_token = now
-            # else with_streaming_response: the body is read later by the caller; no TTFT.
-            self.end(None, at=now)
+            if raw is not None and not raw.is_closed:
+                # with_streaming_response: the caller reads the body later (`body_read`).
+                self.streaming = self.pending_body = True
+                self.finalizer = _Anchor.attach(raw, self)
+                return
+            self._answered(result, raw, now)
         except Exception:
             self.count_drop()
             self.end(None)
+
+    def body_read(self, raw: Any) -> None:
+        """The SDK read the pending body of `raw` for the caller (`read()`, `parse()`, `json()`,
+        `text()`): it is the non-stream call's answer."""
+        now = perf_counter_ns()
+        self.reading = False
+        if self._finished:
+            return
+        try:
+            self._answered(None, raw, now)
+        except Exception:
+            self.count_drop()
+            self.end(None)
+
+    def _answered(self, parsed: Any, raw: Any, now: int) -> None:
+        """The whole non-streamed body reached the caller at `now`: parsed by the SDK
+        (`parsed`), or read as `raw` (with_raw_response, with_streaming_response)."""
+        self.streaming = self.pending_body = False
+        if raw is None:
+            self.endpoint.body_usage(parsed, self)
+        else:
+            try:
+                body = raw.json()
+            except Exception:
+                body = None  # not a JSON body: no usage
+            if body is not None:
+                self.endpoint.body_usage(body, self)
+        t = self.timeline
+        t.first_token = t.first_answer_token = now
+        self.end(None, at=now)
 
     def end(self, exc: BaseException | None, abandoned: bool = False,
             at: int | None = None) -> None:

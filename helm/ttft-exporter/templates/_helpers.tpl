@@ -66,6 +66,9 @@ below must match the Deployment's volumes.
 {{- $_ := set $agg "snapshot_interval_seconds" .Values.snapshotIntervalSeconds -}}
 {{- if .Values.pushToken.enabled -}}
 {{- $_ := set $agg "push_token_file" (printf "/var/run/secrets/ttft-exporter/push/%s" .Values.pushToken.secretKey) -}}
+{{- else -}}
+{{- /* the token turned off in the values: said to serve, which refuses an open /push otherwise */ -}}
+{{- $_ := set $agg "allow_unauthenticated_push" true -}}
 {{- end -}}
 {{- if .Values.metricsAuth.bearerToken.existingSecret -}}
 {{- $_ := set $agg "metrics_token_file" (printf "/var/run/secrets/ttft-exporter/metrics-token/%s" .Values.metricsAuth.bearerToken.secretKey) -}}

@@ -1,0 +1,348 @@
+"""Start-up: `import exporter; exporter.instrument()` loads the caller's side only, imports no
+SDK the application did not import, and patches an SDK when the application imports it (later,
+on another thread, while instrumenting, or again through `importlib.reload`). Each check runs
+in a fresh interpreter: this one has imported everything already."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from exporter._internal import runtime
+from exporter._internal.config.settings import ServerConfig
+from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer
+from exporter._internal.expose import server
+from exporter._internal.fleet import push
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERNAL = ROOT / "exporter" / "_internal"
+
+#: What the caller's process never loads at start-up: the SDK it did not import, the server,
+#: the exposition, the push worker, the later stages, OpenTelemetry, the config's YAML loader.
+SERVER_SIDE = ("anthropic", "aiohttp", "opentelemetry", "prometheus_client", "yaml",
+               "exporter._internal.expose", "exporter._internal.fleet",
+               "exporter._internal.generate", "exporter._internal.diagnose",
+               "exporter._internal.view", "exporter._internal.demo",
+               "exporter._internal.config.loader")
+
+#: Hooks of the openai SDK checked in the children: (module, class, attribute).
+OPENAI_HOOKS = (("openai._base_client", "SyncAPIClient", "request"),
+                ("openai._streaming", "Stream", "__stream__"),
+                ("openai.resources.chat.completions.completions", "Completions", "create"))
+
+#: The children's helpers: is a hook ours, and one measured streamed call against the provider.
+PRELUDE = """
+import importlib, json, sys, threading
+import exporter
+from exporter._internal import names, runtime
+
+def patched(module, cls, attr):
+    fn = getattr(getattr(sys.modules[module], cls), attr)
+    while fn is not None:
+        if getattr(fn, "__ttft_exporter_hook__", False):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+def measured_stream(base_url, header):
+    import openai
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="test", max_retries=0)
+    chunks = list(client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+        extra_headers={header: '{"tokens": 3}'}))
+    rows = runtime.state().recorder.counts().rows[names.REQUESTS_TOTAL]
+    return len(chunks), sum(rows.values())
+"""
+
+
+def in_child(code: str, *args: str) -> dict:
+    """Run `code` (after PRELUDE) in a fresh interpreter; what it printed last, as JSON."""
+    run = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def provider():
+    with ProviderServer() as running:
+        yield running
+
+
+def test_instrument_imports_no_sdk_the_app_did_not_import():
+    """anthropic is installed here; a service that imports only openai does not load it, nor
+    the openai resources it never used."""
+    out = in_child("""
+        before = set(sys.modules)  # exporter and PRELUDE's imports: nothing of an SDK
+        import openai
+        with_openai = set(sys.modules)
+        measured = exporter.instrument()
+        print(json.dumps({"measured": measured, "before": sorted(before),
+                          "added": sorted(set(sys.modules) - with_openai)}))
+    """)
+    assert not [m for m in out["before"] if m.startswith(("openai", "anthropic"))]
+    assert out["measured"] == ["openai", "anthropic"]  # anthropic: patched once imported
+    assert not [m for m in out["added"] if not m.startswith("exporter.")], out["added"]
+
+
+def test_the_callers_closure_holds_no_server_side():
+    out = in_child("""
+        exporter.instrument()
+        alone = sorted(sys.modules)
+        import openai
+        with_openai = set(sys.modules)
+        exporter.instrument()
+        print(json.dumps({"alone": alone, "added": sorted(set(sys.modules) - with_openai)}))
+    """)
+    for modules in (out["alone"], out["added"]):
+        assert [m for m in modules if m.startswith(SERVER_SIDE)] == []
+    assert "exporter._internal.shim.hooks" in out["alone"]
+
+
+def test_an_sdk_imported_after_instrument_is_patched_and_measured(provider):
+    out = in_child("""
+        measured = exporter.instrument()
+        imported = "openai" in sys.modules
+        chunks, calls = measured_stream(sys.argv[1], sys.argv[2])
+        print(json.dumps({"measured": measured, "imported": imported, "chunks": chunks,
+                          "calls": calls, "hooks": [patched(*h) for h in HOOKS]}))
+    """.replace("HOOKS", repr(OPENAI_HOOKS)), provider.base_url, SCRIPT_HEADER)
+    assert out["measured"] == ["openai", "anthropic"] and not out["imported"]
+    assert out["hooks"] == [True, True, True]
+    assert (out["chunks"], out["calls"]) == (5, 1)  # 3 tokens, a role chunk, the finish
+
+
+def test_an_sdk_imported_on_another_thread_after_instrument_is_measured(provider):
+    out = in_child("""
+        exporter.instrument()
+        result = {}
+        worker = threading.Thread(target=lambda: result.update(
+            zip(("chunks", "calls"), measured_stream(sys.argv[1], sys.argv[2]))))
+        worker.start()
+        worker.join()
+        print(json.dumps({**result, "hooks": [patched(*h) for h in HOOKS]}))
+    """.replace("HOOKS", repr(OPENAI_HOOKS)), provider.base_url, SCRIPT_HEADER)
+    assert out == {"chunks": 5, "calls": 1, "hooks": [True, True, True]}
+
+
+def test_uninstrument_before_the_import_leaves_it_unpatched(provider):
+    out = in_child("""
+        exporter.instrument()
+        exporter.uninstrument()
+        chunks, calls = measured_stream(sys.argv[1], sys.argv[2])
+        from exporter._internal.shim import instrument
+        print(json.dumps({"chunks": chunks, "calls": calls, "watched": len(instrument._watched),
+                          "measured": instrument.instrumented(),
+                          "hooks": [patched(*h) for h in HOOKS]}))
+    """.replace("HOOKS", repr(OPENAI_HOOKS)), provider.base_url, SCRIPT_HEADER)
+    assert out == {"chunks": 5, "calls": 0, "watched": 0, "measured": [],
+                   "hooks": [False, False, False]}
+
+
+def test_a_module_another_thread_is_importing_while_instrumenting_is_patched():
+    """The other thread's import found its module before instrument() watched it, and is still
+    running its code when instrument() looks: instrument() waits for it, then patches it."""
+    out = in_child("""
+        from importlib.machinery import PathFinder
+
+        class Paused:  # holds the other thread inside completions.py, importing .messages
+            go = threading.Event()
+            def find_spec(self, name, path=None, target=None):
+                if name != "openai.resources.chat.completions.messages":
+                    return None
+                spec = PathFinder.find_spec(name, path, target)
+                spec.loader = Paused.Loader(spec.loader)
+                return spec
+
+            class Loader:
+                def __init__(self, loader):
+                    self.loader = loader
+                def create_module(self, spec):
+                    return self.loader.create_module(spec)
+                def exec_module(self, module):
+                    module.__spec__.loader = module.__loader__ = self.loader
+                    started.set()
+                    Paused.go.wait(30)
+                    self.loader.exec_module(module)
+
+        started = threading.Event()
+        import openai
+        sys.meta_path.insert(0, Paused())
+        worker = threading.Thread(
+            target=importlib.import_module,
+            args=("openai.resources.chat.completions.completions",))
+        worker.start()
+        started.wait(30)
+        threading.Timer(0.5, Paused.go.set).start()  # instrument() is waiting by then
+        measured = exporter.instrument()
+        worker.join()
+        print(json.dumps({"measured": measured, "hooks": [patched(*h) for h in HOOKS]}))
+    """.replace("HOOKS", repr(OPENAI_HOOKS)))
+    assert out == {"measured": ["openai", "anthropic"], "hooks": [True, True, True]}
+
+
+def test_imports_racing_instrument_on_many_threads_end_patched():
+    out = in_child("""
+        start = threading.Barrier(9)
+        modules = ["openai", "openai.resources.chat.completions.completions",
+                   "openai.resources.responses.responses", "anthropic"] * 2
+
+        def importer(name):
+            start.wait()
+            importlib.import_module(name)
+
+        workers = [threading.Thread(target=importer, args=(m,)) for m in modules]
+        for w in workers:
+            w.start()
+        start.wait()
+        measured = exporter.instrument()
+        for w in workers:
+            w.join()
+        hooks = HOOKS + (("openai.resources.responses.responses", "Responses", "create"),
+                         ("anthropic._base_client", "SyncAPIClient", "request"),
+                         ("anthropic.resources.messages.messages", "Messages", "create"))
+        print(json.dumps({"measured": measured, "hooks": [patched(*h) for h in hooks]}))
+    """.replace("HOOKS", repr(OPENAI_HOOKS)))
+    assert out == {"measured": ["openai", "anthropic"], "hooks": [True] * 6}
+
+
+def test_a_reloaded_module_is_patched_again_and_restored_on_uninstrument():
+    out = in_child("""
+        import openai.resources.chat.completions.completions as module
+        exporter.instrument()
+        old = module.Completions
+        importlib.reload(module)
+        new = module.Completions
+        patched_after_reload = [patched(*h) for h in HOOKS]
+        loader_kept = type(module.__loader__).__name__ == "SourceFileLoader" and \\
+            module.__spec__.loader is module.__loader__
+        exporter.uninstrument()
+        print(json.dumps({"fresh_class": new is not old, "patched": patched_after_reload,
+                          "loader_kept": loader_kept,
+                          "restored": ["__ttft_exporter_hook__" not in dir(cls.create)
+                                       for cls in (old, new)]}))
+    """.replace("HOOKS", repr(OPENAI_HOOKS)))
+    assert out == {"fresh_class": True, "patched": [True, True, True], "loader_kept": True,
+                   "restored": [True, True]}
+
+
+def test_each_lazily_loaded_part_works_when_first_used():
+    """A fresh interpreter: the server, the collector, OpenTelemetry's spans and the push
+    worker, each loaded by its first use after start-up."""
+    out = in_child("""
+        import urllib.request
+        exporter.instrument()
+        loaded = lambda prefix: any(m.startswith(prefix) for m in sys.modules)
+        with exporter.track(model="m", provider="p") as call:
+            call.token()
+        served = exporter.start_http_server(port=0)
+        body = urllib.request.urlopen(served.url).read().decode()
+        families = [f.name for f in exporter.collector().collect()]
+
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        spans = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(tracer_provider)
+        with exporter.track(model="m", provider="p") as call:
+            call.token()
+
+        before_push = loaded("exporter._internal.fleet")
+        exporter.configure({"push_url": "http://127.0.0.1:9"})
+        flusher = runtime.current_flusher() is not None
+        exporter.configure(None)
+        print(json.dumps({"served": "llm_client_requests_total" in body,
+                          "collected": "llm_client_requests" in families,
+                          "spans": [s.name for s in spans.get_finished_spans()],
+                          "fleet_before_push": before_push, "flusher": flusher}))
+    """)
+    assert out == {"served": True, "collected": True, "spans": ["chat m"],
+                   "fleet_before_push": False, "flusher": True}
+
+
+def test_runtime_keeps_the_values_it_reads_without_importing_their_owners():
+    assert runtime._PUSH_URL_ENV == push.ENV_URL
+    assert (runtime.DEFAULT_ADDR, runtime.DEFAULT_PORT) == \
+        (ServerConfig.addr, ServerConfig.port) == (server.DEFAULT_ADDR, server.DEFAULT_PORT)
+
+
+# --- the stages import downward ------------------------------------------------------------
+
+#: Which stages each stage's modules may import when they load (function bodies and
+#: TYPE_CHECKING blocks aside: those run when used). compat (the standard library's
+#: version differences), names, config and promql are below all; the caller's side (shim, and
+#: runtime as it loads) reaches record and nothing later.
+MAY_IMPORT = {
+    "compat": set(),
+    "names": {"compat"},
+    "config": {"compat", "names"},
+    "promql": {"compat", "names", "config"},
+    "record": {"compat", "names", "config"},
+    "runtime": {"compat", "names", "config", "record"},
+    "shim": {"compat", "names", "config", "record", "runtime"},
+    "expose": {"compat", "names", "config", "promql", "record"},
+    "fleet": {"compat", "names", "config", "promql", "record", "expose"},
+    "generate": {"compat", "names", "config", "promql", "record", "expose", "fleet"},
+    "diagnose": {"compat", "names", "config", "promql", "record", "expose", "fleet", "generate"},
+    "view": {"compat", "names", "config", "promql", "record", "expose", "fleet", "generate",
+             "diagnose"},
+}
+#: Imports against the direction, each with its reason.
+KNOWN_UPWARD = {
+    ("generate", "diagnose"): "the cause rules and panels read the decision's thresholds from "
+                              "diagnose/causes.py; another change moves them below both",
+}
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["exporter", "_internal"] else ""
+
+
+def _imports_at_load(path: Path, package: list[str]) -> set[str]:
+    """The exporter modules a module imports while it loads."""
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                found.update([module] if node.module else
+                             [f"{module}.{alias.name}" for alias in node.names])
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                visit([n for n in getattr(node, field, []) if isinstance(n, ast.AST)])
+
+    visit(ast.parse(path.read_text()).body)
+    return {m for m in found if m.startswith("exporter")}
+
+
+def test_stages_import_only_downward():
+    against = set()
+    for path in sorted(INTERNAL.rglob("*.py")):
+        parts = ["exporter", "_internal", *path.relative_to(INTERNAL).with_suffix("").parts]
+        package = parts[:-1]
+        stage = _stage(".".join(parts))
+        if stage not in MAY_IMPORT:
+            continue  # demo uses everything, as an app would
+        for target in _imports_at_load(path, package):
+            other = _stage(target)
+            if other and other != stage and other not in MAY_IMPORT[stage]:
+                against.add((stage, other, str(path.relative_to(ROOT)), target))
+    assert {(s, o) for s, o, _, _ in against} <= set(KNOWN_UPWARD), sorted(against)
