@@ -6,9 +6,11 @@ A renamed module or panel, or a changed default, fails here, not in front of a r
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import importlib
 import json
+import os
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -84,9 +86,17 @@ def _doc_id(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def _repository_files() -> set[str]:
+@functools.lru_cache(maxsize=1)
+def _repository_files() -> frozenset[str]:
+    """The name of every file and folder of the repository, walked once: the skipped folders
+    are never entered (.venv alone holds tens of thousands of files)."""
     skip = {".git", ".venv", "__pycache__", "node_modules"}
-    return {p.name for p in ROOT.rglob("*") if not skip & set(p.relative_to(ROOT).parts)}
+    out: set[str] = set()
+    for _, folders, files in os.walk(ROOT):
+        folders[:] = [f for f in folders if f not in skip]
+        out.update(folders)
+        out.update(f for f in files if f not in skip)
+    return frozenset(out)
 
 
 def _resolves(dotted: str) -> bool:
