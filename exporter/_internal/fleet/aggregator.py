@@ -59,6 +59,9 @@ from .wire import Delta, PushError
 log = logging.getLogger("exporter.aggregator")
 
 SNAPSHOT_WORKER = "snapshot"
+#: /push bodies (of `max_body_bytes` each at most) held at once, being read or waiting for
+#: the aggregator's thread: past it a push is answered 503 and retried by its worker.
+HELD_BODIES = 4
 #: Gauges of a worker that gave no interval expire after this long at least.
 MIN_GAUGE_TTL = 10.0
 
@@ -111,6 +114,9 @@ class Aggregator:
         #: One thread applies pushes, expires gauges and writes snapshots, one at a time, off
         #: the event loop.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-aggregator")
+        #: Bytes of /push bodies held now (being read, or waiting for the aggregator's thread),
+        #: at most HELD_BODIES bodies' worth: each connection slot could otherwise hold a body.
+        self.held_bytes = 0
         self.rejected = {reason: 0 for reason in names.REJECT_REASONS}
         self.batches = {result: 0 for result in names.PUSH_RESULTS}
         self.lost_batches = 0
@@ -274,41 +280,70 @@ class Aggregator:
                 status, answer = self.reject(names.REJECT_TOO_LARGE,
                                              f"body over {limit} bytes")
                 return web.json_response(answer, status=status)
-            chunks, size = [], 0
+            body = await self._read_body(request, limit)
+            if isinstance(body, web.Response):
+                return body
             try:
-                async with timeout(self.config.server.body_timeout_seconds):
-                    async for chunk in request.content.iter_chunked(1 << 16):
-                        size += len(chunk)
-                        if size > limit:
-                            status, answer = self.reject(names.REJECT_TOO_LARGE,
-                                                         f"body over {limit} bytes")
-                            return web.json_response(answer, status=status)
-                        chunks.append(chunk)
-            except TimeoutError:  # a client trickling its body: its connection goes
-                connection_guard.CLOSED["slow"] += 1
-                # definite like the other refusals: a body never read whole was not applied
-                response = web.json_response({"error": "timeout", "detail": "body too slow",
-                                              "applied": False}, status=408)
-                response.force_close()
-                return response
-            # validation and merging run on the aggregator's own thread: the event loop keeps
-            # answering (/healthz, scrapes) during the largest push
-            loop = asyncio.get_running_loop()
-            if self.group_sync is None:
-                status, answer = await loop.run_in_executor(self.worker, self.accept,
-                                                            b"".join(chunks))
-                return web.json_response(answer, status=status)
-            status, answer, pending = await loop.run_in_executor(self.worker, self.journal,
-                                                                 b"".join(chunks))
-            if pending is not None:  # (shielded: a client gone meanwhile leaves none pending)
-                status, answer = await asyncio.shield(self._commit_when_durable(pending))
-            return web.json_response(answer, status=status)
+                return await self._accept_body(body)
+            finally:
+                self.held_bytes -= len(body)
         except (ConnectionError, asyncio.IncompleteReadError):
             raise
         except Exception:  # a bug must not take the aggregator down, nor half-apply silently
             log.exception("ttft-exporter aggregator: push failed")
             self.recorder.count_drop(names.DROP_INTERNAL)
             return web.json_response({"error": "internal"}, status=500)
+
+    async def _read_body(self, request: web.Request, limit: int) -> bytes | web.Response:
+        """The push's body, its bytes counted in `held_bytes` (the caller gives them back);
+        or the refusal: too large, too slow, or too many bodies held at once (503, not applied:
+        the worker retries after its backoff and counts the failed attempt)."""
+        chunks, size = [], 0
+        budget = HELD_BODIES * limit
+        try:
+            async with timeout(self.config.server.body_timeout_seconds):
+                async for chunk in request.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    self.held_bytes += len(chunk)
+                    if size > limit:
+                        self.held_bytes -= size
+                        status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                                     f"body over {limit} bytes")
+                        return web.json_response(answer, status=status)
+                    if self.held_bytes > budget:
+                        self.held_bytes -= size
+                        response = web.json_response(
+                            {"error": "busy", "applied": False,
+                             "detail": f"over {budget} bytes of push bodies held at once: "
+                                       f"retry later"}, status=503, headers={"Retry-After": "1"})
+                        response.force_close()  # the rest of its body is not read
+                        return response
+                    chunks.append(chunk)
+        except TimeoutError:  # a client trickling its body: its connection goes
+            self.held_bytes -= size
+            connection_guard.CLOSED["slow"] += 1
+            # definite like the other refusals: a body never read whole was not applied
+            response = web.json_response({"error": "timeout", "detail": "body too slow",
+                                          "applied": False}, status=408)
+            response.force_close()
+            return response
+        except BaseException:
+            self.held_bytes -= size
+            raise
+        return b"".join(chunks)
+
+    async def _accept_body(self, body: bytes) -> web.Response:
+        """Validate, journal and apply a read body; the answer."""
+        # validation and merging run on the aggregator's own thread: the event loop keeps
+        # answering (/healthz, scrapes) during the largest push
+        loop = asyncio.get_running_loop()
+        if self.group_sync is None:
+            status, answer = await loop.run_in_executor(self.worker, self.accept, body)
+            return web.json_response(answer, status=status)
+        status, answer, pending = await loop.run_in_executor(self.worker, self.journal, body)
+        if pending is not None:  # (shielded: a client gone meanwhile leaves none pending)
+            status, answer = await asyncio.shield(self._commit_when_durable(pending))
+        return web.json_response(answer, status=status)
 
     async def _commit_when_durable(self, pending: Pending) -> tuple[int, dict[str, Any]]:
         """`durability: machine`: wait for an fsync covering the push, then apply it."""
