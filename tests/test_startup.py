@@ -6,6 +6,7 @@ in a fresh interpreter: this one has imported everything already."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from exporter._internal import names, runtime
+from exporter._internal.config import settings
 from exporter._internal.config.settings import Config, LabelConfig, ServerConfig
 from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer
 from exporter._internal.expose import closed_connections, server
@@ -388,6 +390,43 @@ def test_a_renderer_built_at_the_first_scrape_serves_what_one_built_with_its_rec
                 assert a == b, (step, kind, scraper)
         both(record_on, f"t{step}")
         both(lambda rec, clock: clock.advance(2))
+
+
+def _changed(value: object) -> object:
+    """Another value of the same kind (a nested config type: unchanged)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, tuple):
+        return value + value[:1] if value else ("x",)
+    return value
+
+
+def test_the_config_types_compare_hash_and_print_as_frozen_dataclasses():
+    """settings.py writes their equality, hash and repr once, not per class (import cost): each
+    type behaves as its twin made by `@dataclass(frozen=True)`, field by field."""
+    types = [cls for cls in vars(settings).values()
+             if isinstance(cls, type) and dataclasses.is_dataclass(cls)]
+    assert len(types) == 12
+    for cls in types:
+        fields = dataclasses.fields(cls)
+        twin = dataclasses.dataclass(frozen=True)(type(cls.__name__, (), {
+            "__annotations__": {f.name: f.type for f in fields},
+            "__qualname__": cls.__qualname__, **{f.name: f.default for f in fields}}))
+        default = {f.name: f.default for f in fields}
+        variants = [default] + [{**default, f.name: _changed(f.default)} for f in fields]
+        ours, theirs = [cls(**v) for v in variants], [twin(**v) for v in variants]
+        assert [repr(x) for x in ours] == [repr(x) for x in theirs]
+        assert [hash(x) for x in ours] == [hash(x) for x in theirs]
+        assert [[x == y for y in ours] for x in ours] == \
+            [[x == y for y in theirs] for x in theirs]
+        assert ours[0] != theirs[0] and ours[0] != None  # noqa: E711 (__eq__ of another type)
+        for name in default:
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(ours[0], name, None)
 
 
 def test_runtime_keeps_the_values_it_reads_without_importing_their_owners():
