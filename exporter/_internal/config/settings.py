@@ -49,7 +49,7 @@ class ConfigError(ValueError):
 class _Fields:
     """Equality, hash and repr over a config type's fields in their order: what
     `@dataclass(frozen=True)` generates, written once. dataclass compiles these from source for
-    each class it makes, three of its six methods: 4 ms of the 11 this module took to import (a
+    each class it makes, three of its six methods: 4 ms of the 14 this module took to import (a
     service's first call pays it; docs/performance.md, "Start-up")."""
 
     __slots__ = ()
