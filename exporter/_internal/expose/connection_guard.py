@@ -49,11 +49,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from ..config.settings import ServerConfig
-
-#: Connections closed by the guards of this process, by reason (`limit`, `slow`, `shed`,
-#: `unread`, `large`).
-CLOSED: dict[str, int] = {"limit": 0, "slow": 0, "shed": 0, "unread": 0, "large": 0}
-REASONS: tuple[str, ...] = tuple(CLOSED)
+from .closed_connections import CLOSED  # (the server and aggregator count here too)
 
 _IDLE, _HANDLING, _UNREAD = "idle", "handling", "unread"
 #: The kernel's send buffer of each connection (Linux doubles it for its bookkeeping), instead
