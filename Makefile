@@ -52,7 +52,7 @@ demo: $(STAMP) assets
 # alerts: beside the rest of the suite on a 2-core machine it is starved (and starves the
 # timing tests), so it has its own target.
 test: $(STAMP) assets prometheus chromium
-	$(PY) -m pytest -q --ignore=tests/test_calm_demo.py --ignore=tests/engine
+	$(PY) -m pytest -q --durations=30 --ignore=tests/test_calm_demo.py --ignore=tests/engine
 
 calm-test: $(STAMP) assets prometheus
 	$(PY) -m pytest -q tests/test_calm_demo.py

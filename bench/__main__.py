@@ -20,6 +20,7 @@ SECTIONS = [
     ("bench.call_table", "Added per call, warm and cold, beside OpenLLMetry (issue #23)"),
     ("bench.call_instructions", "Where a call's added instructions go (issue #23)"),
     ("bench.push", "Multi-process push and aggregator (issue #5)"),
+    ("bench.push_memory", "The largest push: its size and what parsing it holds (issue 31)"),
     ("bench.native", "Native histograms over protobuf (issue #13)"),
     ("bench.diagnose", "diagnose on the incident day (issue #14)"),
     ("bench.cause_cost", "Cause decision: Prometheus cost"),

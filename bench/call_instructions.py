@@ -121,10 +121,10 @@ def _ns_per_instruction(unpatched: float) -> float:
 
 def run(quick: bool) -> list[str]:
     if quick:  # (the smoke test: every case set up and called, without valgrind's minutes)
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            list(pool.map(lambda case: subprocess.run(
-                [sys.executable, "-c", "from bench.call_instructions import run_case; "
-                 f"run_case({case!r}, 2, 1)"], check=True, capture_output=True), CASES))
+        from bench.call_instructions import run_case as case_in_this_module  # not __main__'s
+        from bench.forked import each_in_a_fork
+
+        each_in_a_fork(case_in_this_module, [(case, 2, 1) for case in CASES])
         return ["--quick: every case ran, natively; the counts need the full run under "
                 "valgrind."]
     if shutil.which("valgrind") is None:

@@ -109,6 +109,19 @@ def _measure(contender: str, call: str, sizes: tuple[int, int, int]) -> dict[str
     return json.loads(out.stdout)
 
 
+def _smoke_measures(contenders: list[str], sizes: tuple[int, int, int]
+                    ) -> Callable[[str, str, tuple[int, int, int]], dict[str, float]]:
+    """The quick run's one round, every contender × call forked from one interpreter
+    (bench/forked.py), looked up as `_measure` would run it."""
+    from bench.call_table import child as child_in_this_module  # not __main__'s
+    from bench.forked import each_in_a_fork
+
+    pairs = [(contender, call) for call in CALLS for contender in contenders]
+    results = dict(zip(pairs, each_in_a_fork(child_in_this_module,
+                                             [(*pair, *sizes) for pair in pairs])))
+    return lambda contender, call, _: results[(contender, call)]
+
+
 def run(quick: bool) -> list[str]:
     rounds = 1 if quick else 9
     sizes = (10, 50, 40) if quick else (20, 400, 800)  # cold calls, warm-up calls, warm calls
@@ -117,12 +130,13 @@ def run(quick: bool) -> list[str]:
     # samples[call][contender][figure] -> one value per round
     samples: dict[str, dict[str, dict[str, list[float]]]] = {
         call: {c: {"cold": [], "warm": []} for c in contenders} for call in CALLS}
+    measure = _smoke_measures(contenders, sizes) if quick else _measure
     for _ in range(rounds):
         for call in CALLS:
             order = list(contenders)
             shuffle.shuffle(order)
             for contender in order:
-                result = _measure(contender, call, sizes)
+                result = measure(contender, call, sizes)
                 for figure in ("cold", "warm"):
                     samples[call][contender][figure].append(result[figure])
     try:

@@ -1,12 +1,13 @@
 """Start-up (issue #33): what `import exporter; exporter.instrument()` adds to a service that
 imports the openai SDK only, and what its first call pays for what loads lazily.
 
-`python -m bench.startup [--quick] [--runs N]` prints a markdown section; `run(quick)` returns it
-for `python -m bench`. Every figure comes from fresh interpreters run in turn, A B A B ...
-(the order flipped every other round): A is `import openai`, B is `import openai; import
-exporter; exporter.instrument()`. Each pair runs twice: with anthropic installed (this venv) and
-without it (a scratch venv linking every package of this one but anthropic). The bytecode is
-cached (a pycache prefix, warmed by one run of each command) as in an installed service.
+`python -m bench.startup [--quick] [--runs N] [--baseline DIR]` prints a markdown section;
+`run(quick)` returns it for `python -m bench`. Every figure comes from fresh interpreters run in
+turn, A B B A A B ... (the order reversed every other round): A is `import openai`, B is
+`import openai; import exporter; exporter.instrument()`. Each pair runs twice: with anthropic
+installed (this venv) and without it (a scratch venv linking every package of this one but
+anthropic). The bytecode is cached (a pycache prefix, warmed by one run of each command) as in
+an installed service.
 
 Three figures per pair: the whole process's wall time measured from outside (what a worker's
 start-up pays, interpreter start included; B minus A of the same round), and, inside B, the
@@ -14,7 +15,10 @@ wall and CPU time of `import exporter; exporter.instrument()` alone (steadier on
 machine). Then the modules B adds after `import openai` (`sys.modules` before and after).
 Last, the first two calls of a client against the demo provider (a 4-chunk stream, no
 scripted wait) in fresh interpreters with and without the exporter: the first call pays what
-loads lazily (the exporter's state, the recorder, the renderer; the SDK's own resources).
+loads lazily (the exporter's state and recorder; the SDK's own resources). `--baseline DIR`
+(a checkout of another version, e.g. `git worktree add /tmp/base main`, its C parts built or
+not) adds a third interpreter per round running that version's exporter, in the same rotation:
+before and after a change, side by side.
 """
 
 from __future__ import annotations
@@ -93,11 +97,17 @@ def venv_without(package: str, root: Path) -> Path:
     return python
 
 
-def child(python: Path, mode: str, env: dict[str, str], base_url: str = "") -> dict[str, Any]:
+#: This checkout: a child run from here imports its exporter (the script's directory, '', is
+#: first on the path), one run from a --baseline directory that one's.
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def child(python: Path, mode: str, env: dict[str, str], base_url: str = "",
+          cwd: Path = ROOT) -> dict[str, Any]:
     """One fresh interpreter; its report, with the process's wall time measured from here."""
     args = [str(python), "-c", CHILD, mode] + ([base_url, SCRIPT_HEADER] if base_url else [])
     started = time.perf_counter()
-    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
     process_ms = (time.perf_counter() - started) * 1e3
     if done.returncode != 0:
         raise RuntimeError(f"{mode} child failed: {done.stderr[-2000:]}")
@@ -106,21 +116,26 @@ def child(python: Path, mode: str, env: dict[str, str], base_url: str = "") -> d
     return report
 
 
-def pairs(python: Path, env: dict[str, str], runs: int, base_url: str = ""
-          ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """`runs` rounds of (openai alone, openai + exporter), in turn, the order flipped every
-    other round; one unmeasured round first (it writes the bytecode cache)."""
-    child(python, "openai", env, base_url)
-    child(python, "exporter", env, base_url)
+#: A contender: the child's mode, and the checkout it runs from.
+Side = tuple[str, Path]
+#: openai alone, then openai + this checkout's exporter.
+PAIR: list[Side] = [("openai", ROOT), ("exporter", ROOT)]
+
+
+def pairs(python: Path, env: dict[str, str], runs: int, base_url: str = "",
+          sides: list[Side] = PAIR) -> list[tuple[dict[str, Any], ...]]:
+    """`runs` rounds of the sides (openai alone, openai + exporter, ...), in turn, the order
+    reversed every other round; one unmeasured round first (it writes the bytecode cache)."""
+    for mode, cwd in sides:
+        child(python, mode, env, base_url, cwd)
     out = []
     for n in range(runs):
-        if n % 2:
-            b = child(python, "exporter", env, base_url)
-            a = child(python, "openai", env, base_url)
-        else:
-            a = child(python, "openai", env, base_url)
-            b = child(python, "exporter", env, base_url)
-        out.append((a, b))
+        order = list(range(len(sides)))[::-1 if n % 2 else 1]
+        reports: dict[int, dict[str, Any]] = {}
+        for i in order:
+            mode, cwd = sides[i]
+            reports[i] = child(python, mode, env, base_url, cwd)
+        out.append(tuple(reports[i] for i in range(len(sides))))
     return out
 
 
@@ -154,23 +169,37 @@ def startup_rows(rounds: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]])
     return lines
 
 
-def first_call_rows(pairs_: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
+def first_call_rows(rounds: list[tuple[dict[str, Any], ...]], labels: list[str]
+                    ) -> list[str]:
+    """A row per side (`labels[0]`: openai alone), then what each exporter side added to it,
+    round by round."""
+    keys = ("first_ms", "first_cpu_ms", "second_ms", "second_cpu_ms")
     lines = ["| | first call, wall ms | first call, CPU ms | second call, wall ms | "
-             "modules the first call loads |", "| --- | --- | --- | --- | --- |"]
-    for label, side in (("openai alone", 0), ("openai + exporter", 1)):
-        loaded = pairs_[-1][side]["first_loaded"]
-        lines.append(f"| {label} | {_ms([p[side]['first_ms'] for p in pairs_])} | "
-                     f"{_ms([p[side]['first_cpu_ms'] for p in pairs_])} | "
-                     f"{_ms([p[side]['second_ms'] for p in pairs_])} | {len(loaded)} |")
-    added = [b["first_ms"] - a["first_ms"] for a, b in pairs_]
-    added_cpu = [b["first_cpu_ms"] - a["first_cpu_ms"] for a, b in pairs_]
-    lines.append(f"| added by the exporter (per round) | {_ms(added)} | {_ms(added_cpu)} | "
-                 f"{_ms([b['second_ms'] - a['second_ms'] for a, b in pairs_])} | |")
+             "second call, CPU ms | modules the first call loads |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for side, label in enumerate(labels):
+        cells = " | ".join(_ms([r[side][key] for r in rounds]) for key in keys)
+        lines.append(f"| {label} | {cells} | {len(rounds[-1][side]['first_loaded'])} |")
+    for side, label in enumerate(labels[1:], 1):
+        cells = " | ".join(_ms([r[side][key] - r[0][key] for r in rounds]) for key in keys)
+        lines.append(f"| added by {label.removeprefix('openai + ')} (per round) | {cells} | |")
     return lines
 
 
-def run(quick: bool = False, runs: int | None = None) -> list[str]:
+def _version(checkout: Path) -> str:
+    """A checkout's commit, if it is a git one."""
+    done = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=%h"],
+                          capture_output=True, text=True)
+    return f"`{done.stdout.strip()}`" if done.returncode == 0 else f"`{checkout}`"
+
+
+def run(quick: bool = False, runs: int | None = None, baseline: Path | None = None
+        ) -> list[str]:
     runs = runs or (1 if quick else 21)
+    sides, labels = list(PAIR), ["openai alone", "openai + exporter"]
+    if baseline is not None:
+        sides.append(("exporter", baseline.resolve()))
+        labels.append(f"openai + exporter at {_version(baseline)}")
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         env = {key: value for key, value in os.environ.items()
                if key != "PYTHONDONTWRITEBYTECODE"}
@@ -179,28 +208,33 @@ def run(quick: bool = False, runs: int | None = None) -> list[str]:
                         "not installed": venv_without("anthropic", Path(tmp) / "venv")}
         rounds = {where: pairs(python, env, runs) for where, python in interpreters.items()}
         with ProviderServer() as provider:
-            calls = pairs(Path(sys.executable), env, runs, provider.base_url + "/v1")
+            calls = pairs(Path(sys.executable), env, runs, provider.base_url + "/v1", sides)
     added = rounds["installed"][-1][1]["added"]
     leaked = [name for name in added if name.startswith(SERVER_SIDE)]
-    exporter_first = calls[-1][1]["first_loaded"]
     sdk_first = set(calls[-1][0]["first_loaded"])
+    first_loads = []
+    for side, label in enumerate(labels[1:], 1):
+        beyond = [m for m in calls[-1][side]["first_loaded"] if m not in sdk_first]
+        server_side = [m for m in beyond if m.startswith(SERVER_SIDE)]
+        first_loads += [f"What the first call loads beyond the SDK's own resources, "
+                        f"{label.removeprefix('openai + ')}: {_groups(beyond) or 'nothing'}; "
+                        f"of the server side: {_groups(server_side) or 'none'}.", ""]
     try:
         load = f" Load average when the run ended: {os.getloadavg()[0]:.1f} on " \
                f"{os.cpu_count()} cores."
     except OSError:
         load = ""
     return [
-        f"{runs} rounds per row, each a fresh interpreter per command (A B, then B A), the "
-        f"bytecode cached; median (min) in ms.{load}", "",
+        f"{runs} rounds per row, each a fresh interpreter per command, in turn (the order "
+        f"reversed every other round), the bytecode cached; median (min) in ms.{load}", "",
         *startup_rows(rounds), "",
         f"Modules `import exporter; exporter.instrument()` adds after `import openai`: "
         f"{_groups(added)}; of the server side ({', '.join(SERVER_SIDE)}): "
         f"{_groups(leaked) or 'none'}.", "",
         "The first two calls of a client (a 4-chunk stream from the demo provider), in fresh "
         "interpreters:", "",
-        *first_call_rows(calls), "",
-        f"What the first call loads beyond the SDK's own resources, with the exporter: "
-        f"{_groups([m for m in exporter_first if m not in sdk_first]) or 'nothing'}.",
+        *first_call_rows(calls, labels), "",
+        *first_loads[:-1],
     ]
 
 
@@ -208,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.startup")
     parser.add_argument("--quick", action="store_true", help="one round (smoke test)")
     parser.add_argument("--runs", type=int, help="rounds per row (default 21)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="a checkout of another version: its first call measured too")
     args = parser.parse_args(argv)
-    print("\n".join(run(args.quick, args.runs)))
+    print("\n".join(run(args.quick, args.runs, args.baseline)))
     return 0
 
 

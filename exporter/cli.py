@@ -132,9 +132,7 @@ def _watch(args: argparse.Namespace) -> int:
     except DiagnoseError as e:
         print(f"ttft-exporter watch: {e}", file=sys.stderr)
         return 2
-    server = config.server
-    service = WatchService(watch, args.addr, args.port, Limits(
-        server.max_connections, server.header_timeout_seconds, server.max_connections_per_client))
+    service = WatchService(watch, args.addr, args.port, Limits.of(config.server))
     service.start(interval)
     try:
         http_thread.wait_for_signal(

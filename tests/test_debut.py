@@ -26,11 +26,23 @@ from tests.test_protobuf_exposition import NATIVE_ACCEPT, decode, text_samples
 TTFT = names.TTFT.name
 
 
-def scrape(url: str, scraper: bool, **headers: str) -> dict[tuple[str, tuple], float]:
+def scrape(url: str, scraper: bool, tenant: str | None = None, **headers: str
+           ) -> dict[tuple[str, tuple], float]:
+    """The samples of a scrape; with `tenant`, that tenant's only (a body of thousands of
+    series takes seconds to parse whole)."""
     if scraper:
         headers[SCRAPER_HEADER] = "10"
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as response:
-        return text_samples(response.read().decode())
+        return text_samples(of_one_tenant(response.read().decode(), tenant))
+
+
+def of_one_tenant(text: str, tenant: str | None) -> str:
+    """The exposition's comment lines and the samples of `tenant` (all of it when None)."""
+    if tenant is None:
+        return text
+    label = f'tenant="{tenant}"'
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if line.startswith("#") or label in line)
 
 
 def of_tenant(samples: dict[tuple[str, tuple], float], tenant: str) -> dict[str, float]:
@@ -124,10 +136,10 @@ def test_prometheus_counts_every_first_call(debut: bool,
                 prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
             for i, tenant in enumerate(tenants):  # each tenant: a cold first call, then warm
                 record(tenant=tenant, ttft_ms=900)
-                time.sleep(1.1)  # a scrape (or two) sees the series with this call only
+                scraped_after(proms, time.time())  # a scrape sees the series with this call only
                 for _ in range(i % 3 + 1):
                     record(tenant=tenant, ttft_ms=90)
-            time.sleep(3)  # two scrapes past the last call
+            scraped_after(proms, time.time() + 1)  # two scrapes (1 s apart) past the last call
             seen = [counted_by(prom) for prom in proms]
     finally:
         srv.stop()
@@ -140,6 +152,14 @@ def test_prometheus_counts_every_first_call(debut: bool,
         else:  # each tenant's first call, the slow one, is missing (the rest extrapolated)
             assert counted < calls - first / 2 and requests < calls - first / 2
             assert mean < 0.6 * true_mean
+
+
+def scraped_after(proms: list[PrometheusServer], moment: float) -> None:
+    """Until every Prometheus has started a scrape of the exporter after `moment` (unix
+    seconds): its samples are stamped with the scrape's start."""
+    for prom in proms:
+        prom.wait_for(f'timestamp(up{{job="ttft-exporter"}}) > {moment:.3f}', timeout=30,
+                      interval=0.05)
 
 
 def counted_by(prom: PrometheusServer) -> tuple[float, float, float]:
@@ -167,15 +187,16 @@ def test_a_scrape_that_fails_after_rendering_uses_up_no_debut() -> None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{SCRAPER_HEADER}: 10\r\n"
                          "\r\n".encode())
-        assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 0
-        assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 1
+        assert of_tenant(scrape(srv.url, scraper=True), "a")["count"] == 0  # parsed whole
+        assert of_tenant(scrape(srv.url, scraper=True, tenant="a"), "a")["count"] == 1
         # a body delivered after the timeout the scraper announced: it gave up, no debut used
         record(tenant="b", ttft_ms=120)
         with urllib.request.urlopen(urllib.request.Request(
                 srv.url, headers={SCRAPER_HEADER: "0"})) as response:
-            assert of_tenant(text_samples(response.read().decode()), "b")["count"] == 0
-        assert of_tenant(scrape(srv.url, scraper=True), "b")["count"] == 0
-        assert of_tenant(scrape(srv.url, scraper=True), "b")["count"] == 1
+            body = of_one_tenant(response.read().decode(), "b")
+            assert of_tenant(text_samples(body), "b")["count"] == 0
+        assert of_tenant(scrape(srv.url, scraper=True, tenant="b"), "b")["count"] == 0
+        assert of_tenant(scrape(srv.url, scraper=True, tenant="b"), "b")["count"] == 1
     finally:
         srv.stop()
 

@@ -6,9 +6,11 @@ A renamed module or panel, or a changed default, fails here, not in front of a r
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import importlib
 import json
+import os
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -84,9 +86,17 @@ def _doc_id(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-def _repository_files() -> set[str]:
+@functools.lru_cache(maxsize=1)
+def _repository_files() -> frozenset[str]:
+    """The name of every file and folder of the repository, walked once: the skipped folders
+    are never entered (.venv alone holds tens of thousands of files)."""
     skip = {".git", ".venv", "__pycache__", "node_modules"}
-    return {p.name for p in ROOT.rglob("*") if not skip & set(p.relative_to(ROOT).parts)}
+    out: set[str] = set()
+    for _, folders, files in os.walk(ROOT):
+        folders[:] = [f for f in folders if f not in skip]
+        out.update(folders)
+        out.update(f for f in files if f not in skip)
+    return frozenset(out)
 
 
 def _resolves(dotted: str) -> bool:
@@ -371,3 +381,23 @@ def test_every_panel_a_doc_names_without_an_arrow_exists():
         wrong += [f"{_doc_id(doc)}: {title}" for title in QUOTED_PANEL.findall(text)
                   if not any(t.startswith(title) for t in every)]
     assert not wrong
+
+
+#: A test a doc names: `file.py::test_name`, or `::test_name` after one (the same file).
+NAMED_TEST = re.compile(r"(?<![\w./-])((?:tests/)?(?:[\w/]+/)?test_\w+\.py)?::(test_\w+)")
+
+
+def test_every_test_the_reliability_doc_names_exists():
+    """docs/reliability.md cites the test that holds each row: `tests/x.py::test_y`, or a
+    bare `test_fault_x.py` (tests/faults/) and `::test_y` after it; each must be defined."""
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    missing, file = [], None
+    for named_file, test in NAMED_TEST.findall(text):
+        if named_file:
+            folder = ROOT if "/" in named_file else ROOT / "tests" / "faults"
+            file = folder / named_file
+        if file is None or not file.exists() or \
+                not re.search(rf"^(?:async )?def {test}\(", file.read_text(), re.M):
+            missing.append(f"{file.relative_to(ROOT) if file else '?'}::{test}")
+    assert len(NAMED_TEST.findall(text)) > 50
+    assert not missing, missing

@@ -6,6 +6,7 @@ in a fresh interpreter: this one has imported everything already."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,11 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from exporter._internal import runtime
-from exporter._internal.config.settings import ServerConfig
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from exporter._internal import names, runtime
+from exporter._internal.config import settings
+from exporter._internal.config.settings import Config, LabelConfig, ServerConfig
 from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer
-from exporter._internal.expose import server
+from exporter._internal.expose import closed_connections, server
+from exporter._internal.expose.text import Renderer
+from exporter._internal.expose.textformat import OPENMETRICS, PROTOBUF, TEXT
 from exporter._internal.fleet import push
+from exporter._internal.record.guard import EPOCHS
+from exporter._internal.record.recorder import Recorder
+from tests.support.clock import ManualClock
+from tests.test_exposition import record_on
+from tests.test_protobuf_exposition import text_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERNAL = ROOT / "exporter" / "_internal"
@@ -269,8 +280,158 @@ def test_each_lazily_loaded_part_works_when_first_used():
                    "fleet_before_push": False, "flusher": True}
 
 
+#: What a first call never loads in a process that does not serve (no server, no collector, no
+#: push), beyond what the application imported: the exposition, the push worker and what only
+#: they use.
+NOT_LOADED_BY_A_CALL = ("aiohttp", "prometheus_client", "exporter._internal.expose",
+                        "exporter._internal.fleet")
+
+
+def test_a_first_call_loads_only_the_recorder_and_the_first_scrape_serves_it(provider):
+    """The renderer is built at the first scrape, yet the call made before it debuts at zero
+    for a scraper, then shows its value, dated from the state's birth (its first call)."""
+    out = in_child("""
+        import time, urllib.request
+        import openai  # (which imports aiohttp's client)
+        with_openai = set(sys.modules)
+        exporter.instrument()
+        before = set(sys.modules)
+        started = time.time()
+        chunks, calls = measured_stream(sys.argv[1], sys.argv[2])
+        ended = time.time()
+        after_call = sorted(set(sys.modules) - with_openai)
+        served = exporter.start_http_server(port=0)
+        def scrape(scraper):
+            headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
+            if scraper:
+                headers["X-Prometheus-Scrape-Timeout-Seconds"] = "10"
+            request = urllib.request.Request(served.url, headers=headers)
+            return urllib.request.urlopen(request).read().decode()
+        bodies = [scrape(True), scrape(True), scrape(False)]
+        served.stop()
+        print(json.dumps({"calls": calls, "after_call": after_call,
+                          "loaded": sorted(set(after_call) - before), "started": started,
+                          "ended": ended, "bodies": bodies}))
+    """, provider.base_url, SCRIPT_HEADER)
+    assert out["calls"] == 1
+    assert [m for m in out["after_call"] if m.startswith(NOT_LOADED_BY_A_CALL)] == []  # at all
+    ours = [m for m in out["loaded"] if m.startswith("exporter")]
+    assert "exporter._internal.record.recorder" in ours
+    assert [m for m in ours if not m.startswith(("exporter._internal.record",
+                                                 "exporter._internal.config",
+                                                 "exporter._internal.shim"))] == []
+
+    def of_the_call(body: str) -> tuple[float, float, float | None]:
+        """The call's requests row, its TTFT series' count, and that series' created time."""
+        requests = count = created = None
+        for family in text_string_to_metric_families(body):
+            for sample in family.samples:
+                if sample.labels.get("model") != "m":
+                    continue
+                if sample.name == names.REQUESTS_TOTAL:
+                    requests = sample.value
+                elif sample.name == names.TTFT.name + "_count":
+                    count = sample.value
+                elif sample.name == names.TTFT.name + "_created":
+                    created = sample.value
+        return requests, count, created
+
+    debut, second, person = (of_the_call(body) for body in out["bodies"])
+    assert debut[:2] == (0, 0) and second[:2] == (1, 1) and person[:2] == (1, 1)
+    assert debut[2] == second[2] == person[2]
+    assert out["started"] <= debut[2] <= out["ended"]
+
+
+def test_a_renderer_built_at_the_first_scrape_serves_what_one_built_with_its_recorder_would():
+    """Twin recorders on twin clocks get the same calls, drops and label expiry; one renderer is
+    built with its recorder, the other (`at_birth`, as runtime builds a process's) only at the
+    first scrape. Every body, in every format, for two scrapers and a person, across deliveries,
+    is the same: what was recorded before the first scrape debuts and carries its created time.
+    """
+    config = Config(labels=LabelConfig(expire_seconds=60.0))
+    clocks = ManualClock(), ManualClock()
+    recorders = [Recorder(config, clock) for clock in clocks]
+    eager = Renderer(recorders[0])
+
+    def both(step, *args) -> None:
+        for rec, clock in zip(recorders, clocks):
+            step(rec, clock, *args)
+
+    both(record_on, "gone")
+    for _ in range(EPOCHS + 1):  # each reader's lock an epoch later: "gone" expires
+        both(lambda rec, clock: clock.advance(16))
+        both(lambda rec, clock: rec.counts())
+    assert recorders[0].removals == recorders[1].removals > 0  # all before the first scrape
+    both(record_on, "a")
+    both(lambda rec, clock: rec.count_drop(names.DROP_BAD_VALUE))
+    both(lambda rec, clock: clock.advance(3))
+    lazy = Renderer(recorders[1], at_birth=True)
+    renderers = (eager, lazy)
+
+    def bodies(kind: str, scraper: str | None, deliver: bool) -> list[bytes]:
+        out = []
+        for renderer in renderers:
+            renderer.last_scrape_seconds = 0.0  # (the one value a render's own speed sets)
+            answer = renderer.scrape(kind, scraper)
+            if deliver:
+                renderer.delivered(answer.delivery)
+            out.append(answer.body)
+        return out
+
+    first = bodies(OPENMETRICS, "prom", deliver=True)
+    assert first[0] == first[1]
+    requests = {labels: v for (name, labels), v in text_samples(first[1].decode()).items()
+                if name == names.REQUESTS_TOTAL and ("tenant", "a") in labels}
+    assert list(requests.values()) == [0]  # its debut
+    for step in range(3):
+        for kind in (TEXT, OPENMETRICS, PROTOBUF):
+            for scraper, deliver in (("prom", True), ("replica", step == 1), (None, False)):
+                a, b = bodies(kind, scraper, deliver)
+                assert a == b, (step, kind, scraper)
+        both(record_on, f"t{step}")
+        both(lambda rec, clock: clock.advance(2))
+
+
+def _changed(value: object) -> object:
+    """Another value of the same kind (a nested config type: unchanged)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, tuple):
+        return value + value[:1] if value else ("x",)
+    return value
+
+
+def test_the_config_types_compare_hash_and_print_as_frozen_dataclasses():
+    """settings.py writes their equality, hash and repr once, not per class (import cost): each
+    type behaves as its twin made by `@dataclass(frozen=True)`, field by field."""
+    types = [cls for cls in vars(settings).values()
+             if isinstance(cls, type) and dataclasses.is_dataclass(cls)]
+    assert len(types) == 12
+    for cls in types:
+        fields = dataclasses.fields(cls)
+        twin = dataclasses.dataclass(frozen=True)(type(cls.__name__, (), {
+            "__annotations__": {f.name: f.type for f in fields},
+            "__qualname__": cls.__qualname__, **{f.name: f.default for f in fields}}))
+        default = {f.name: f.default for f in fields}
+        variants = [default] + [{**default, f.name: _changed(f.default)} for f in fields]
+        ours, theirs = [cls(**v) for v in variants], [twin(**v) for v in variants]
+        assert [repr(x) for x in ours] == [repr(x) for x in theirs]
+        assert [hash(x) for x in ours] == [hash(x) for x in theirs]
+        assert [[x == y for y in ours] for x in ours] == \
+            [[x == y for y in theirs] for x in theirs]
+        assert ours[0] != theirs[0] and ours[0] != None  # noqa: E711 (__eq__ of another type)
+        for name in default:
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(ours[0], name, None)
+
+
 def test_runtime_keeps_the_values_it_reads_without_importing_their_owners():
     assert runtime._PUSH_URL_ENV == push.ENV_URL
+    assert runtime._CLOSED_CONNECTIONS == closed_connections.__name__
     assert (runtime.DEFAULT_ADDR, runtime.DEFAULT_PORT) == \
         (ServerConfig.addr, ServerConfig.port) == (server.DEFAULT_ADDR, server.DEFAULT_PORT)
 

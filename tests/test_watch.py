@@ -5,6 +5,7 @@ decides, scraped by a real Prometheus, against `diagnose` and the alert."""
 
 from __future__ import annotations
 
+import select
 import signal
 import socket
 import subprocess
@@ -83,3 +84,48 @@ def test_blind_it_serves_no_cause_counts_each_failure_and_stops_on_sigterm() -> 
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
+
+
+def pipelined_never_reading(base: str, requests: int = 400) -> socket.socket:
+    """A client that sends `requests` pipelined scrapes and reads none of the answers (a tiny
+    receive buffer): the server's send buffer fills, its responses are unread."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    s.connect((host, int(port)))
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * requests)
+    return s
+
+
+def reset_within(sock: socket.socket, seconds: float) -> bool:
+    poll = select.poll()
+    poll.register(sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    return bool(poll.poll(seconds * 1000))
+
+
+def test_the_server_settings_of_the_config_bound_its_connections(tmp_path: Path) -> None:
+    """`server.write_timeout_seconds` and `server.max_unread_responses` of the config hold on
+    the watch's server as on serve's: a client that leaves its answers unread is reset after
+    1 s (not the default 30 s), and a second one sheds the first at once (1 unread, not 8)."""
+    config = tmp_path / "c.yaml"
+    config.write_text("server:\n  write_timeout_seconds: 1\n  max_unread_responses: 1\n")
+    proc = watch("--prometheus", f"http://127.0.0.1:{closed_port()}", "--port", "0",
+                 "--config", str(config))
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[3].rstrip(",")
+        base = url.removesuffix("/metrics")
+        first = pipelined_never_reading(base)
+        assert not reset_within(first, 0.5)  # unread, held for the write timeout
+        second = pipelined_never_reading(base)
+        assert reset_within(first, 0.5)  # shed: one unread response at most
+        started = time.monotonic()
+        assert reset_within(second, 10)
+        assert time.monotonic() - started < 3  # the write timeout of the config
+        first.close()
+        second.close()
+        with urllib.request.urlopen(url.replace("/metrics", "/healthz"), timeout=10) as r:
+            assert r.read() == b"ok\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

@@ -17,11 +17,12 @@ on its own thread). At exit a pushing process makes its last push; after fork() 
 starts afresh (new recorder, worker id and flusher: the parent's data is the parent's to push),
 and any child gets fresh locks (a lock another thread held at fork time is never released).
 
-Only names and this module load with `import exporter`: the config's types, the recorder and
-the renderer are imported when the state is first built (the first call, `configure()`, or
-`start_http_server()`), the server by `start_http_server()`, the collector by `collector()`,
-the push worker when a push URL is set, the YAML loader by `configure()` from a file or a dict
-(docs/performance.md, "Start-up").
+Only names and this module load with `import exporter`: the config's types and the recorder
+are imported when the state is first built (the first call, `configure()`, or
+`start_http_server()`), the renderer (and the exposition) at its first use (a scrape, the
+collector, the push worker's wiring), the server by `start_http_server()`, the collector by
+`collector()`, the push worker when a push URL is set, the YAML loader by `configure()` from a
+file or a dict (docs/performance.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from . import names
@@ -51,6 +51,9 @@ log = logging.getLogger("exporter.runtime")
 #: fleet.push's ENV_URL, read here so that deciding the role imports the push worker only when
 #: a push URL may be set (tests/test_startup.py holds the two equal).
 _PUSH_URL_ENV = "TTFT_EXPORTER_PUSH_URL"
+#: The module counting the connections this process's HTTP servers closed: once it is loaded a
+#: server may have closed some, and a state's renderer is built with the state (see State).
+_CLOSED_CONNECTIONS = "exporter._internal.expose.closed_connections"
 #: start_http_server's defaults: the config's `server.addr` and `server.port` defaults, written
 #: here so that `import exporter` builds none of the config's types (held equal by the test).
 DEFAULT_ADDR, DEFAULT_PORT = "127.0.0.1", 9469
@@ -62,15 +65,45 @@ class Role(enum.Enum):
     AGGREGATOR = "aggregator"
 
 
-@dataclass(frozen=True)
 class State:
-    config: Config
-    recorder: Recorder
-    renderer: Renderer
-    role: Role
+    """One config, its recorder and renderer, and the role the process plays under it.
+
+    A process's renderer is built at its first use, as of the recorder's creation (expose/text.py,
+    `at_birth`): a process that never serves loads none of the exposition, and a call recorded
+    before the first scrape debuts and is dated as if the renderer had been there. It is built
+    with the state where a later build could not start as of the recorder's creation: in the
+    aggregator (its own families) and once a server of this process may have closed
+    connections (their counts at the recorder's creation are not kept)."""
+
+    __slots__ = ("config", "recorder", "role", "_renderer")
+
+    def __init__(self, config: Config, recorder: Recorder, role: Role,
+                 renderer: Renderer | None = None):
+        self.config = config
+        self.recorder = recorder
+        self.role = role
+        self._renderer = renderer
+
+    @property
+    def renderer(self) -> Renderer:
+        renderer = self._renderer
+        if renderer is None:
+            with _building:
+                renderer = self._renderer
+                if renderer is None:
+                    from .expose.text import Renderer
+
+                    renderer = self._renderer = Renderer(self.recorder, at_birth=True)
+        return renderer
+
+    def reset_after_fork(self) -> None:
+        self.recorder.reset_after_fork()
+        if self._renderer is not None:
+            self._renderer.reset_lock_after_fork()
 
 
 _lock = threading.Lock()  # guards _state
+_building = threading.Lock()  # one build of a state's renderer at a time
 #: Guards _flusher, _retiring and _stopping; never taken by recording threads. Reentrant: the
 #: SIGTERM handler of a multiprocessing child can interrupt its own thread holding it.
 _wiring = threading.RLock()
@@ -98,11 +131,15 @@ def _push_url(config: Config) -> str:
 
 
 def _new_state(config: Config) -> State:
-    from .expose.text import Renderer
     from .record.recorder import Recorder
 
     recorder = Recorder(config)
-    return State(config, recorder, Renderer(recorder, _extra), _role_for(config))
+    renderer = None
+    if _extra is not None or _CLOSED_CONNECTIONS in sys.modules:
+        from .expose.text import Renderer
+
+        renderer = Renderer(recorder, _extra)
+    return State(config, recorder, _role_for(config), renderer)
 
 
 def state() -> State:
@@ -140,8 +177,8 @@ def become_aggregator(config: Config, recorder: Recorder, self_metrics: ExtraFam
 
     _aggregator, _extra = True, self_metrics
     with _lock:
-        new = _state = State(config, recorder, Renderer(recorder, self_metrics),
-                             Role.AGGREGATOR)
+        new = _state = State(config, recorder, Role.AGGREGATOR,
+                             Renderer(recorder, self_metrics))
     _wire_push(new)
     return new
 
@@ -306,13 +343,12 @@ def _last_push_on_sigterm() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _wiring, _flusher
-    _lock, _wiring = threading.Lock(), threading.RLock()
+    global _lock, _building, _wiring, _flusher
+    _lock, _building, _wiring = threading.Lock(), threading.Lock(), threading.RLock()
     current = _state
     if current is None:
         return
-    current.recorder.reset_after_fork()
-    current.renderer.reset_lock_after_fork()
+    current.reset_after_fork()
     inherited, _flusher = _flusher, None
     for flusher in (*_retiring, *_stopping):
         flusher.abandon()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import time
 import tracemalloc
+
+import pytest
 
 import exporter
 from exporter._internal import names, runtime
@@ -249,3 +252,114 @@ def test_an_aggregators_snapshot_does_not_hold_the_caps_for_good(tmp_path):
     agg.close()
     kept = StateFiles(str(tmp_path / "state")).read_snapshot()
     assert "forged-0" not in str(kept) and "gold" in str(kept)
+
+
+def test_the_aggregators_in_flight_keys_free_their_slots_with_the_label_expiry():
+    """Workers' in-flight keys fill `labels.max_series` (4) and the workers stop: once their
+    labels have been unseen for `labels.expire_seconds` the keys free their slots, and a new
+    worker's calls in flight get their own row, not the overflow one. A key a live worker
+    still has keeps its slot."""
+    from tests.support.clock import ManualClock
+
+    clock = ManualClock()
+    config = load({"labels": {"max_series": 4, "expire_seconds": 60},
+                   "aggregator": {"gauge_ttl_seconds": 10}})
+    agg = Aggregator(config, Recorder(config, clock=clock), clock=lambda: clock.now_ns / 1e9)
+    seqs = {}
+
+    def in_flight(worker: str, *models: str) -> int:
+        """`worker` pushes a call in flight on each model: the status of its push."""
+        rec = Recorder(config)
+        for model in models:
+            rec.started(model, "p", "/chat")
+        delta = take(rec)
+        seqs[worker] = seqs.get(worker, 0) + 1
+        delta.worker, delta.seq, delta.interval = worker, seqs[worker], 5.0
+        return agg.accept(wire.encode(delta, rec.schema.layouts()))[0]
+
+    assert in_flight("old", "m0", "m1", "m2") == 200
+    assert in_flight("live", "m3") == 200
+    rows = agg.recorder.counts().rows[names.REQUESTS_IN_FLIGHT]
+    assert rows == {("m0", "p", "/chat"): 1, ("m1", "p", "/chat"): 1, ("m2", "p", "/chat"): 1,
+                    ("m3", "p", "/chat"): 1}
+    for _ in range(6):  # 90 s: "old" stopped pushing, "live" pushes every 15 s
+        clock.advance(15)
+        assert in_flight("live", "m3") == 200
+        agg.expire()
+    assert in_flight("new", "m4") == 200
+    rows = agg.recorder.counts().rows[names.REQUESTS_IN_FLIGHT]
+    assert rows == {("m3", "p", "/chat"): 1, ("m4", "p", "/chat"): 1}, rows
+    assert len(agg.gauges.keys) == 2
+
+
+def test_prometheus_counts_a_label_value_across_its_expiry_and_return():
+    """A real Prometheus scraping every second, `labels.expire_seconds: 4`. A tenant makes
+    three calls and stops: its series leave the exposition once it has been unseen for the
+    expiry, and Prometheus sees them go (stale). It comes back with two calls: its series start
+    again from zero and show zero first (their debut), so increase() (and rate(), its quotient)
+    over the whole run counts all five calls, while a tenant calling all along is counted
+    exactly."""
+    import json
+    import urllib.request
+    from urllib.parse import urlparse
+
+    from tests.support.prometheus import PrometheusServer, require_prometheus, scrape_config
+    from tests.test_exposition import record
+
+    require_prometheus()
+    exporter.configure({"labels": {"expire_seconds": 4}})
+    srv = exporter.start_http_server(port=0)
+    requests = names.REQUESTS_TOTAL
+    ttft_count = names.TTFT.name + "_count"
+    calls = {"gone": 0, "steady": 0}
+
+    def one(tenant: str) -> None:
+        record(tenant=tenant)
+        calls[tenant] += 1
+
+    def exposed(tenant: str) -> bool:
+        """Whether the exposition has the tenant's series (read as a person: no debut used)."""
+        body = urllib.request.urlopen(srv.url, timeout=10).read().decode()
+        return f'tenant="{tenant}"' in body
+
+    try:
+        with PrometheusServer(scrape_config(urlparse(srv.base_url).netloc)) as prom:
+            prom.wait_for('up{job="ttft-exporter"} == 1', timeout=30)
+            for _ in range(3):
+                one("gone")
+                one("steady")
+            prom.wait_for(f'{requests}{{tenant="gone"}} == 3', timeout=15)
+            left = time.monotonic()
+            while exposed("gone"):  # the steady tenant calls on; the other is unseen
+                one("steady")
+                time.sleep(0.5)
+                assert time.monotonic() - left < 15, "the expired tenant's series stayed"
+            prom.wait_for(f'absent({requests}{{tenant="gone"}})', timeout=15)
+            one("gone")
+            one("gone")
+            one("steady")
+            prom.wait_for(f'{requests}{{tenant="gone"}} == 2', timeout=15)
+            time.sleep(1.5)  # a scrape more: the window ends on a sample of each series
+            stamp = float(prom.query('timestamp(up{job="ttft-exporter"})')[0]["value"][1])
+            window = f"{int(time.time() - left) + 60}s"
+
+            def value(expr: str) -> float:
+                result = prom.query(expr, at=stamp)
+                return float(result[0]["value"][1]) if result else 0.0
+
+            samples = [float(v) for _, v in prom.query(
+                f'{requests}{{tenant="gone"}}[{window}]', at=stamp)[0]["values"]]
+            gone_increase = value(f'sum(increase({requests}{{tenant="gone"}}[{window}]))')
+            gone_ttft = value(f'sum(increase({ttft_count}{{tenant="gone"}}[{window}]))')
+            steady = value(f'sum(increase({requests}{{tenant="steady"}}[{window}]))')
+    finally:
+        srv.stop()
+    print(json.dumps({"samples of the expiring tenant": samples, "increase": gone_increase,
+                      "steady": [steady, calls["steady"]]}))
+    # at zero first, then 3; after the expiry at zero again, then 2
+    assert samples[0] == 0 and 3 in samples and samples[-1] == 2
+    back = len(samples) - 1 - samples[::-1].index(3.0)
+    assert 0.0 in samples[back:], samples
+    assert calls["gone"] == 5
+    assert gone_increase == pytest.approx(5, rel=1e-9) and gone_ttft == pytest.approx(5, rel=1e-9)
+    assert steady == pytest.approx(calls["steady"], rel=1e-9)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.push_memory import dense_push
 from exporter._internal import names
 from exporter._internal.config.loader import load
 from exporter._internal.config.settings import Config
@@ -138,3 +139,53 @@ def test_the_largest_valid_push_is_far_under_the_budget():
     agg = Aggregator(config, Recorder(config))
     assert agg.accept(body)[0] == 200
     assert agg.recorder.counts().series >= config.labels.max_series * 3 // 4
+
+
+def test_a_worker_whose_counters_are_full_pushes_them_whole():
+    """A worker's counter tables hold `labels.max_series` rows and, past them, their overflow
+    rows (`__other__` per outcome): its push is accepted (it was refused 413, and the worker
+    dropped the batch, counted lost), and every call is counted; one row more is refused."""
+    from tests.test_push import call
+
+    config = load({"labels": {"max_series": 50, "max_tenants": 1000}})
+    worker = Recorder(config)
+    outcomes = (names.OK, names.ERROR, names.TIMEOUT)
+    for i in range(200):
+        call(worker, 1000, tenant=f"t{i}", outcome=outcomes[i % 3])
+    delta = take(worker)
+    delta.worker, delta.seq, delta.interval = "w", 1, 5.0
+    assert len(delta.rows[names.REQUESTS_TOTAL]) == 50 + 3
+    agg = Aggregator(config)
+    status, answer = agg.accept(wire.encode(delta, worker.schema.layouts()))
+    assert status == 200, answer
+    assert sum(agg.recorder.counts().rows[names.REQUESTS_TOTAL].values()) == 200
+    # one row past what a worker can hold (50 and one overflow row per outcome): refused
+    doc = wire.payload(delta, worker.schema.layouts())
+    doc["seq"] = 2
+    doc["requests"] += [["m", names.OK, "p", "r", f"x{i}", 1]
+                        for i in range(50 + len(names.OUTCOMES) + 1 - len(doc["requests"]))]
+    status, answer = agg.accept(zlib.compress(json.dumps(doc).encode()))
+    assert (status, answer["error"]) == (413, names.REJECT_TOO_LARGE), answer
+
+
+def test_a_push_of_dense_histograms_costs_a_real_serve_under_its_parse_budget(tmp_path):
+    """A valid push of histograms with every bucket populated, up to a 4 MiB inflate limit
+    (64 KB compressed, 3.4 MiB inflated, 2.5 million buckets): `ttft-exporter serve` takes it
+    within 16 x `max_decompressed_bytes` of peak RSS (+41 MiB measured; the decoded buckets
+    as Python ints took +119 MiB, and at the default 16 MiB limit +552 MiB)."""
+    limits = {"aggregator": {"max_decompressed_bytes": 4 * MiB}}
+    body = dense_push(load(limits))
+    assert 3 * MiB < len(zlib.decompress(body)) <= 4 * MiB and len(body) < 200_000
+    config = tmp_path / "serve.yaml"
+    config.write_text(json.dumps(limits))
+    serve = Serve(config)
+    try:
+        assert post(serve.base, zlib.compress(b"[]", 9))[0] == 400  # warmed up
+        before = peak_rss_kib(serve.proc.pid)
+        status, answer = post(serve.base, body)
+        added = (peak_rss_kib(serve.proc.pid) - before) / 1024
+        print(f"a dense push of {len(body) / 1000:.0f} KB: serve's peak RSS +{added:.0f} MiB")
+        assert status == 200, answer
+        assert added < validate.PARSE_BUDGET_PER_BYTE * 4, f"+{added:.0f} MiB"
+    finally:
+        serve.stop()

@@ -208,7 +208,8 @@ class MisbehavingProxy:
     resets the worker's connection; `timeout` forwards it and answers nothing for `hold`
     seconds; `cut_body` resets the connection half-way through the body, forwarding nothing;
     `close_reused` forwards a request that came on a kept-alive connection, then closes it
-    unanswered. `forwarded` lists the `retry` flag of each push it forwarded."""
+    unanswered; `trickle` forwards the head and half the body, then nothing, and relays the
+    answer. `forwarded` lists the `retry` flag of each push it forwarded (in part or whole)."""
 
     def __init__(self, upstream: str, hold: float = 2.0):
         self.upstream = urlsplit(upstream)
@@ -249,6 +250,8 @@ class MisbehavingProxy:
                     reader.read(length // 2)
                     return _reset(conn)
                 data = reader.read(length)
+                if mode == "trickle":
+                    return conn.sendall(self._trickle(head[0], data))
                 status, answer = self._forward(data)
                 if mode == "pass" or (mode == "close_reused" and index == 0):
                     conn.sendall(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\n"
@@ -281,6 +284,24 @@ class MisbehavingProxy:
             return response.status, response.read()
         finally:
             upstream.close()
+
+
+    def _trickle(self, request_line: str, data: bytes) -> bytes:
+        """Send `serve` the head and half the body of this push, and its answer (raw)."""
+        self.forwarded.append(b'"retry":true' in zlib.decompress(data))
+        with socket.create_connection((self.upstream.hostname, self.upstream.port)) as upstream:
+            upstream.sendall(request_line.encode("latin-1") + b"Host: x\r\nContent-Type: "
+                             + wire.CONTENT_TYPE.encode() + b"\r\nContent-Length: %d\r\n\r\n"
+                             % len(data) + data[:len(data) // 2])
+            upstream.settimeout(30)
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += upstream.recv(65536)
+            head = answer.split(b"\r\n\r\n", 1)[0].lower()
+            length = int(head.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            while len(answer) < len(head) + 4 + length:
+                answer += upstream.recv(65536)
+            return answer
 
 
 def _reset(conn: socket.socket) -> None:
@@ -392,5 +413,36 @@ def test_a_resend_on_a_fresh_connection_after_a_kept_alive_one_closed_is_marked(
         assert _metric(serve, names.SELF_PUSH_BATCHES, "result", names.PUSH_DUPLICATE) == 1
         a.close(timeout=0)
     finally:
+        proxy.close()
+        serve.stop()
+
+
+def test_a_push_whose_body_was_too_slow_is_resent_unmarked_and_counted_once(tmp_path: Path):
+    """A push whose body trickles past `server.body_timeout_seconds` (a slow proxy) is answered
+    408 saying `"applied": false` (its body never arrived whole, so nothing of it was applied):
+    the worker resends it as a first attempt, not a `retry` an aggregator that evicted it
+    would refuse, and it is counted once."""
+    from tests.test_push import call
+    from tests.test_push_processes import Serve
+
+    config = tmp_path / "serve.yaml"
+    config.write_text("server:\n  body_timeout_seconds: 1\n")
+    serve = Serve(config)
+    proxy = MisbehavingProxy(serve.base)
+    try:
+        worker = Config(push_url=proxy.url, push=PushConfig(timeout_seconds=5))
+        rec = Recorder(worker)
+        a = push.Flusher(proxy.url, worker, rec)
+        for _ in range(4):
+            call(rec, 1000)
+        proxy.mode = "trickle"
+        assert not a.flush() and a.pending() == 1
+        proxy.mode = "pass"
+        assert a.flush() and a.pending() == 0
+        # the trickled attempt, its resend (no `retry`), the flush's own drain
+        assert proxy.forwarded == [False, False, False]
+        assert _pushed_calls(serve) == 4
+    finally:
+        a.close(timeout=0)
         proxy.close()
         serve.stop()

@@ -23,7 +23,7 @@ from exporter._internal.expose import connection_guard
 from exporter._internal.expose.server import ExporterServer, create_app
 from exporter._internal.expose.text import Renderer
 from exporter._internal.fleet import wire
-from exporter._internal.fleet.aggregator import Aggregator
+from exporter._internal.fleet.aggregator import HELD_BODIES, Aggregator
 from exporter._internal.fleet.take import take
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.timeline import CallTimeline
@@ -161,6 +161,54 @@ def test_a_trickling_push_body_is_refused_with_408():
         s.close()
         assert sum(agg.rejected.values()) == 0 and healthz(server)
     finally:
+        server.stop()
+
+
+def test_push_bodies_held_at_once_are_bounded_and_the_rest_answered_503():
+    """Each connection slot could hold a body of `max_body_bytes` being read: past
+    HELD_BODIES bodies' worth at once a push is refused (503, not applied, Retry-After) and
+    its connection closed, so the bodies held are bounded whatever the connections; once they
+    go, a push is taken again."""
+    limit = 64 * 1024
+    config = load({"aggregator": {"max_body_bytes": limit}})
+    limits = replace(LIMITS, body_timeout_seconds=20.0)
+    server, agg = serving(config, limits)
+    head = (b"POST /push HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ttft-delta\r\n"
+            b"Content-Length: %d\r\n\r\n" % limit)
+    held = []
+    try:
+        for _ in range(HELD_BODIES):  # each sends all but one byte of its body, then waits
+            s = socket.create_connection(("127.0.0.1", server.port))
+            s.sendall(head + b"x" * (limit - 1))
+            held.append(s)
+        deadline = time.monotonic() + 10
+        while agg.held_bytes < HELD_BODIES * (limit - 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert agg.held_bytes == HELD_BODIES * (limit - 1)
+        extra = socket.create_connection(("127.0.0.1", server.port))
+        extra.sendall(head + b"x" * limit)
+        extra.settimeout(10)
+        answer = extra.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert b"Retry-After: 1" in answer and b'"applied": false' in answer, answer
+        assert closed_by_peer(extra, within=5)
+        assert agg.held_bytes == HELD_BODIES * (limit - 1) and healthz(server)
+        for s in held:
+            s.close()
+        deadline = time.monotonic() + 10
+        while agg.held_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert agg.held_bytes == 0  # a client gone mid-body gives its bytes back
+        request = urllib.request.Request(f"{server.base_url}/push", data=b"not a push",
+                                         headers={"Content-Type": wire.CONTENT_TYPE})
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as e:
+            assert e.code == 400  # read whole and judged again: malformed, not busy
+        assert agg.held_bytes == 0 and sum(agg.batches.values()) == 0
+    finally:
+        for s in held:
+            s.close()
         server.stop()
 
 

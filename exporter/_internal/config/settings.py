@@ -9,7 +9,7 @@ a traceback at record time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from .. import names
 
@@ -46,8 +46,33 @@ class ConfigError(ValueError):
         super().__init__("\n".join(out))
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class _Fields:
+    """Equality, hash and repr over a config type's fields in their order: what
+    `@dataclass(frozen=True)` generates, written once. dataclass compiles these from source for
+    each class it makes, three of its six methods: 4 ms of the 14 this module took to import (a
+    service's first call pays it; docs/performance.md, "Start-up")."""
+
+    __slots__ = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__dataclass_fields__)  # type: ignore
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value
+                           in zip(self.__dataclass_fields__, self._values()))  # type: ignore
+        return f"{self.__class__.__qualname__}({fields})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ServerConfig(_Fields):
     addr: str = "127.0.0.1"  # address /metrics (and /push) listen on
     port: int = 9469  # 0: any free port
     max_connections: int = 256  # past it an idle connection is shed (or the new one closed)
@@ -59,8 +84,8 @@ class ServerConfig:
     reserved_connections: int = 8  # past max_connections, for /healthz and /push when all are busy
 
 
-@dataclass(frozen=True)
-class LabelConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class LabelConfig(_Fields):
     """Label guard: how tenant values are kept and how many series may exist."""
 
     tenant_policy: str = "raw"  # raw | hash | allowlist
@@ -83,8 +108,8 @@ class LabelConfig:
     tenant_families: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class HistogramConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class HistogramConfig(_Fields):
     significant_digits: int = 2  # HDR precision: 2 keeps every value within 1 %
     max_seconds: float = 3600.0  # largest duration recorded exactly (larger: clamped)
     max_tokens: int = 10_000_000  # largest token count recorded exactly (larger: clamped)
@@ -102,8 +127,8 @@ class HistogramConfig:
     protobuf_classic_buckets: bool = True
 
 
-@dataclass(frozen=True)
-class WindowConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class WindowConfig(_Fields):
     """Sliding window for the exact HDR quantiles: `slices` sub-windows of seconds/slices each."""
 
     seconds: float = 60.0  # length of the sliding window of the `_window` quantiles
@@ -111,8 +136,8 @@ class WindowConfig:
     quantiles: tuple[float, ...] = (0.5, 0.9, 0.99, 0.999)  # served by the `_window` families
 
 
-@dataclass(frozen=True)
-class Objective:
+@dataclass(frozen=True, eq=False, repr=False)
+class Objective(_Fields):
     """`target` of the events must be at or under `threshold_seconds` (the error objective has
     none)."""
 
@@ -122,8 +147,8 @@ class Objective:
     threshold_seconds: float | None = None
 
 
-@dataclass(frozen=True)
-class SLO:
+@dataclass(frozen=True, eq=False, repr=False)
+class SLO(_Fields):
     """Objectives for one (model, route) selector; empty selector values match everything."""
 
     model: str = ""  # the model this entry applies to (empty: every model)
@@ -134,8 +159,8 @@ class SLO:
     errors: Objective = Objective(0.99)
 
 
-@dataclass(frozen=True)
-class AlertingConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class AlertingConfig(_Fields):
     """Knobs of the generated rules and dashboards (`ttft-exporter generate`) beyond the SLOs.
 
     Durations are nominal seconds. `window_scale` multiplies every rule window, offset and `for`
@@ -185,16 +210,16 @@ class AlertingConfig:
     truncation_share: float = 0.02
 
 
-@dataclass(frozen=True)
-class DashboardsConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class DashboardsConfig(_Fields):
     """Which histograms the generated dashboards and rules read: `classic` (`le` buckets) or
     `native` (Prometheus native histograms, scraped over protobuf; docs/metrics.md)."""
 
     histograms: str = "classic"  # classic | native
 
 
-@dataclass(frozen=True)
-class PushConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class PushConfig(_Fields):
     """Worker side of multi-process mode: how deltas reach `push_url` (`ttft-exporter serve`).
 
     Push is on when `push_url` (or the env var TTFT_EXPORTER_PUSH_URL) is set. The bearer token
@@ -210,8 +235,8 @@ class PushConfig:
     ca_file: str = ""  # https push_url: trust this CA bundle (default: the system's)
 
 
-@dataclass(frozen=True)
-class AggregatorConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class AggregatorConfig(_Fields):
     """`ttft-exporter serve` as the aggregator: /push, snapshot, /metrics auth and TLS.
 
     /push requires `Authorization: Bearer <token>` when `push_token_file` (or the env var
@@ -241,8 +266,8 @@ class AggregatorConfig:
     tls_key_file: str = ""
 
 
-@dataclass(frozen=True)
-class OtelConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class OtelConfig(_Fields):
     """OpenTelemetry: spans and GenAI metrics go through the app's own providers, if any."""
 
     #: One span per call when the app installed an SDK TracerProvider.
@@ -253,8 +278,8 @@ class OtelConfig:
     metrics: bool = False
 
 
-@dataclass(frozen=True)
-class Config:
+@dataclass(frozen=True, eq=False, repr=False)
+class Config(_Fields):
     server: ServerConfig = ServerConfig()
     labels: LabelConfig = LabelConfig()
     histograms: HistogramConfig = HistogramConfig()

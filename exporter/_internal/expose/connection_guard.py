@@ -49,11 +49,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from ..config.settings import ServerConfig
-
-#: Connections closed by the guards of this process, by reason (`limit`, `slow`, `shed`,
-#: `unread`, `large`).
-CLOSED: dict[str, int] = {"limit": 0, "slow": 0, "shed": 0, "unread": 0, "large": 0}
-REASONS: tuple[str, ...] = tuple(CLOSED)
+from .closed_connections import CLOSED  # (the server and aggregator count here too)
 
 _IDLE, _HANDLING, _UNREAD = "idle", "handling", "unread"
 #: The kernel's send buffer of each connection (Linux doubles it for its bookkeeping), instead
@@ -64,6 +60,15 @@ SEND_BUFFER_BYTES = 128 * 1024
 #: A request's head (its line and headers) at most: aiohttp would take 128 headers of 16 KB,
 #: ~2 MiB held a connection until they end. Prometheus and the workers send under 1 KB.
 MAX_HEAD_BYTES = 32 * 1024
+#: The request's key of its connection's guard (`taken_back`).
+_GUARDED: web.RequestKey[_Guarded] = web.RequestKey("ttft_exporter_guarded", "_Guarded")
+
+
+def taken_back(request: web.Request) -> bool:
+    """True when the guard closed the request's connection: shed, or its response left unread
+    past the write timeout (not when the client closed it)."""
+    guarded = request.get(_GUARDED)
+    return guarded is not None and guarded.taken_back
 
 
 def _set(transport: asyncio.BaseTransport, option: int, value: int | bytes) -> None:
@@ -91,9 +96,14 @@ class Limits:
 
     @classmethod
     def of(cls, server: ServerConfig, heavy_paths: frozenset[str] = frozenset()) -> "Limits":
-        return cls(server.max_connections, server.header_timeout_seconds,
-                   server.max_connections_per_client, server.write_timeout_seconds,
-                   server.max_unread_responses, server.reserved_connections, heavy_paths)
+        """The limits a config's `server` section sets: the one place every server of the
+        exporter (serve, start_http_server, watch) takes them from."""
+        return cls(max_connections=server.max_connections,
+                   header_timeout_seconds=server.header_timeout_seconds,
+                   max_connections_per_client=server.max_connections_per_client,
+                   write_timeout_seconds=server.write_timeout_seconds,
+                   max_unread_responses=server.max_unread_responses,
+                   reserved_connections=server.reserved_connections, heavy_paths=heavy_paths)
 
 
 class _Pool:
@@ -151,6 +161,7 @@ class _Guarded(asyncio.Protocol):
         self.head: bytes | None = b""
         self.head_left = MAX_HEAD_BYTES
         self.served = False  # aiohttp's protocol has seen connection_made
+        self.taken_back = False  # the guard closed it (shed, or a response left unread)
         self.handshake: asyncio.Task[None] | None = None  # TLS, until it is done
 
     @property
@@ -233,6 +244,7 @@ class _Guarded(asyncio.Protocol):
         self.release()
         if self.transport is not None and not self.transport.is_closing():
             CLOSED[reason] += 1
+            self.taken_back = True
             # a reset: the kernel drops what the client did not read (a plain close would
             # keep sending it, for minutes, to a client that does not read)
             _set(self.transport, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -350,6 +362,7 @@ class ConnectionGuard:
         guarded = self.by_handler.get(request.protocol)
         if guarded is None:
             return await handler(request)
+        request[_GUARDED] = guarded
         guarded.handling()
         try:
             if guarded.pool is self.reserve and request.path in self.limits.heavy_paths:

@@ -7,12 +7,13 @@ that time before a new series' first sample, so `rate()` counts its first value 
 replica, without the debut (debut.py); older versions ignore them.
 
 A created timestamp must be at or before the series' real birth and before the sample time of
-the first scrape that shows it, and never change. The store keeps no birth times, so the
+the first scrape that shows it, and never change. The store keeps no series' birth time, so the
 renderer gives a series it sees for the first time the Unix time at which the previous render
-started reading the state (the renderer's build for the first render): the series was absent
-from that read, so it was born after it. Series and rows present when the renderer is built
-have none (an aggregator's restored state: a later time than their real birth would make
-Prometheus count them again), except counter rows still at zero then (they were zero then).
+started reading the state (for the first render, the renderer's build, or the recorder's
+creation, `Store.born`, for a renderer built `at_birth`): the series was absent from that read,
+so it was born after it. Series and rows present when the renderer is built have none (an
+aggregator's restored state: a later time than their real birth would make Prometheus count
+them again), except counter rows still at zero then (they were zero then).
 Window summaries carry none.
 """
 

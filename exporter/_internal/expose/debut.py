@@ -21,7 +21,9 @@ shows at zero what was born after its scraper's watermark. A scrape that fails a
 rendering, or a protobuf render that falls back to text, moves no watermark.
 
 Series present when the renderer is built (an aggregator's state restored from its snapshot)
-continue where they were: a zero would read as a counter reset and count them twice. A scraper
+continue where they were: a zero would read as a counter reset and count them twice. A process's
+own renderer, built at its first scrape, starts as of its recorder's creation instead (text.py,
+`at_birth`): what the process recorded before that scrape debuts like the rest. A scraper
 first seen after another one got a body starts at the highest watermark: it sees at zero only
 what is born from then on (a series born earlier counts from its second value there, as
 without a debut; a late replica would otherwise count every series' whole history at once).
@@ -32,12 +34,11 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 from prometheus_client.core import Metric
 
 from ..record.series import Series
-from ..record.store import Store
 
 #: Sent by Prometheus (and scrapers on its code: Grafana Agent/Alloy, the OpenTelemetry
 #: Collector's prometheus receiver, vmagent) with every scrape.
@@ -63,9 +64,11 @@ class Debuts:
     """Birth numbers and the scrapers' watermarks. Not thread-safe: the renderer's lock covers
     every call."""
 
-    def __init__(self, recorder: Store, counters: list[Metric]):
+    def __init__(self, known: Iterable[Series], counters: list[Metric]):
+        """`known`: the series present at the start, and `counters` the counter rows (both
+        continue where they are)."""
         self.births = 0
-        self._known: set[Series] | None = set(recorder.all_series())
+        self._known: set[Series] | None = set(known)
         self._rows: dict[_Row, int] = {row_key(sample): 0 for family in counters
                                        if family.type == "counter"
                                        for sample in family.samples}

@@ -17,8 +17,9 @@ from .. import names
 from ..record.exemplar import LABEL as EXEMPLAR_LABEL
 from ..record.histogram import part_count, quantiles_of
 from ..record.series import FamilyState, Series
-from ..record.store import Store
-from . import connection_guard, textformat
+from ..record.store import Counts, Store, no_rows
+from . import textformat
+from .closed_connections import CLOSED, REASONS
 from .sample import sample
 
 _SELF_HELP = {
@@ -51,7 +52,17 @@ def window_quantiles(rec: Store, state: FamilyState, series: Series, current_sli
 def counter_families(rec: Store, scrape_seconds: float) -> list[Metric]:
     """Every counter and gauge of names.COUNTERS, then the exporter's own gauges and the HTTP
     servers' closed connections."""
-    counts = rec.counts()
+    return _counter_families(rec.counts(), CLOSED, scrape_seconds)
+
+
+def counter_families_at_birth() -> list[Metric]:
+    """What `counter_families` read of a store when it was created (every store starts
+    without a series or a row) in a process that had closed no connection yet."""
+    return _counter_families(Counts(no_rows(), 0), dict.fromkeys(REASONS, 0), 0.0)
+
+
+def _counter_families(counts: Counts, closed_connections: dict[str, int],
+                      scrape_seconds: float) -> list[Metric]:
     out: list[Metric] = []
     for counter in names.COUNTERS:
         kind = GaugeMetricFamily if counter.gauge else CounterMetricFamily
@@ -65,8 +76,8 @@ def counter_families(rec: Store, scrape_seconds: float) -> list[Metric]:
         out.append(family)
     closed = CounterMetricFamily(names.SELF_HTTP_CLOSED, _SELF_HELP[names.SELF_HTTP_CLOSED],
                                  labels=[names.REASON])
-    for reason in connection_guard.REASONS:
-        closed.add_metric([reason], connection_guard.CLOSED[reason])
+    for reason in REASONS:
+        closed.add_metric([reason], closed_connections[reason])
     return out + [
         GaugeMetricFamily(names.SELF_SERIES, _SELF_HELP[names.SELF_SERIES], value=counts.series),
         GaugeMetricFamily(names.SELF_SCRAPE_DURATION, _SELF_HELP[names.SELF_SCRAPE_DURATION],

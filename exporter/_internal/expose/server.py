@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import math
 import time
 import ssl
 from typing import Callable, Protocol
@@ -110,6 +111,15 @@ def _render(renderer: Renderer, kind: str, scraper: str | None) -> tuple[str, Sc
     return kind, renderer.scrape(kind, scraper)
 
 
+def _timed_render(renderer: Renderer, kind: str, scraper: str | None
+                  ) -> tuple[str, Scrape, float]:
+    """`_render` and the seconds it took (on the executor's thread: what the next render
+    waits, render_turns.py)."""
+    started = time.perf_counter()
+    kind, scrape = _render(renderer, kind, scraper)
+    return kind, scrape, time.perf_counter() - started
+
+
 def _timeout(request: web.Request) -> float:
     """The seconds the scraper waits for its body (its header; no limit if unreadable)."""
     try:
@@ -118,9 +128,10 @@ def _timeout(request: web.Request) -> float:
         return float("inf")
 
 
-def _busy(why: str) -> web.Response:
+def _busy(why: str, retry_after: float = 1.0) -> web.Response:
     """503, and the connection closed after it."""
-    response = web.Response(status=503, text=f"busy: {why}\n", headers={"Retry-After": "1"})
+    response = web.Response(status=503, text=f"busy: {why}\n",
+                            headers={"Retry-After": str(max(math.ceil(retry_after), 1))})
     response.force_close()
     return response
 
@@ -171,28 +182,34 @@ def create_app(renderer: Callable[[], Renderer], extension: Extension | None = N
         arrived = time.monotonic()
         kind = negotiate(request.headers.get("Accept", ""))
         client = str(request.remote)
-        if not await turns.wait(client):
+        refused = await turns.wait(client)
+        if refused is not None:
             connection_guard.CLOSED["shed"] += 1
-            return _busy("too many scrapes waiting")
+            return _busy(refused.why, refused.retry_after)
+        sent = True
         try:
-            return await scrape_turn(request, arrived, kind)
+            response, sent = await scrape_turn(request, arrived, kind)
+            return response
         finally:
-            turns.finished(client)
+            turns.finished(client, taken_back=not sent and connection_guard.taken_back(request))
 
     async def scrape_turn(request: web.Request, arrived: float, kind: str
-                          ) -> web.StreamResponse:
-        """Render (unless the client left while it waited), compress, write, deliver."""
+                          ) -> tuple[web.StreamResponse, bool]:
+        """Render (unless the client left while it waited), compress, write, deliver; True
+        when the whole body was handed to the connection (or the client left before its
+        render)."""
         loop = asyncio.get_running_loop()
+        took = 0.0
         try:
             transport = request.transport
             if transport is None or transport.is_closing():
-                return _busy("closed")
+                return _busy("closed"), True
             current = renderer()
             # rendered off the event loop: /healthz and pushes are answered meanwhile
-            kind, scrape = await loop.run_in_executor(None, _render, current, kind,
-                                                      scraper_of(request))
+            kind, scrape, took = await loop.run_in_executor(None, _timed_render, current, kind,
+                                                            scraper_of(request))
         finally:
-            turns.rendered()
+            turns.rendered(took)
         body = scrape.body
         headers = {"Content-Type": _CONTENT_TYPES[kind]}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
@@ -205,7 +222,7 @@ def create_app(renderer: Callable[[], Renderer], extension: Extension | None = N
                 and not transport.is_closing()
                 and time.monotonic() - arrived <= _timeout(request)):
             current.delivered(scrape.delivery)
-        return response
+        return response, sent
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -28,7 +28,8 @@ from .textformat import OPENMETRICS, PROTOBUF, TEXT
 from .created import CreatedTimes
 from .debut import SEEN_ALL, Debuts, Delivery
 from .native_fields import NativeFields
-from .families import counter_families, render_family, window_help, window_quantiles
+from .families import (counter_families, counter_families_at_birth, render_family, window_help,
+                       window_quantiles)
 from .sample import Sample, sample, zero
 
 if TYPE_CHECKING:
@@ -83,9 +84,17 @@ class _Cached:
 
 
 class Renderer:
-    """Renders one recorder, caching each series' text between scrapes."""
+    """Renders one recorder, caching each series' text between scrapes.
 
-    def __init__(self, recorder: Store, extra: ExtraFamilies | None = None):
+    Its debuts and created timestamps start from its build: what the recorder holds then
+    continues where it was. Built `at_birth`, it starts as if built when the recorder was
+    created (`Store.born`, empty, in a process that had closed no connection yet): a process
+    builds its renderer at its first scrape (runtime.py), and what it recorded before must
+    debut and be dated as if the renderer had seen it born. The `extra` families are then
+    dated from their first render, as families given to a built renderer are."""
+
+    def __init__(self, recorder: Store, extra: ExtraFamilies | None = None,
+                 at_birth: bool = False):
         self.recorder = recorder
         self.extra = extra
         self.last_scrape_seconds = 0.0
@@ -95,10 +104,15 @@ class Renderer:
             name: [textformat.number(state.family.to_unit(b)) for b in state.layout.boundaries]
             + ["+Inf"] for name, state in recorder.families.items()}
         self._cache: dict[Series, _Cached] = {}
-        counters = counter_families(recorder, 0.0)
-        self._debuts = Debuts(recorder, counters)
-        self._created = CreatedTimes(counters + (extra() if extra is not None else []),
-                                     recorder.clock.time())
+        if at_birth:
+            counters = counter_families_at_birth()
+            self._debuts = Debuts([], counters)
+            self._created = CreatedTimes(counters, recorder.born)
+        else:
+            counters = counter_families(recorder, 0.0)
+            self._debuts = Debuts(recorder.all_series(), counters)
+            self._created = CreatedTimes(counters + (extra() if extra is not None else []),
+                                         recorder.clock.time())
         self._encoder: Encoder | None = None  # built at the first protobuf scrape
         #: The recorder's removals seen (label expiry): past them, caches of gone series go.
         self._removals = recorder.removals

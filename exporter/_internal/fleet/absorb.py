@@ -1,4 +1,4 @@
-"""The aggregator's store operations: merge a worker's validated delta, and its gauges.
+"""The aggregator's store operation: merge a worker's validated delta.
 
 A delta is added exactly (HDR add with the straddle counts, exact sums, counter rows). Its label
 values pass the aggregator's guard again (without the tenant policy, which the worker applied):
@@ -6,14 +6,14 @@ each worker caps its own values, the aggregator caps their union; a fold is coun
 counter that counts the events' folds (`names.Counter.counts_folds`), once. Series past
 `labels.max_series` are dropped and counted; counter rows past it fold. A gauge (the calls in
 flight) is not added: each worker's latest value is kept by the aggregator, which serves their
-sum (`in_flight_rows`, `set_in_flight`).
+sum (gauges.py).
 """
 
 from __future__ import annotations
 
 from .. import names
 from ..record import exemplar
-from ..record.store import Row, Store
+from ..record.store import Store
 from .wire import Delta
 
 
@@ -41,27 +41,3 @@ def absorb(store: Store, delta: Delta, window: bool = True) -> None:
             for values, n in rows.items():
                 row = guard.relabel(counter.labels, values, n, counter.counts_folds)
                 store.add_row(counter, row, n)
-
-
-def in_flight_rows(store: Store, rows: dict[Row, int], keys: set[Row]) -> dict[Row, int]:
-    """A worker's in-flight rows through the store's guard; `keys` (the aggregator's, over all
-    its workers) holds at most `labels.max_series` distinct keys, the rest go to one overflow
-    row."""
-    out: dict[Row, int] = {}
-    with store.held:
-        guard = store.guard
-        for values, n in rows.items():
-            key = guard.relabel(names.IN_FLIGHT.labels, values)
-            if key not in keys:
-                if len(keys) < store.config.labels.max_series:
-                    keys.add(key)
-                else:
-                    key = names.IN_FLIGHT.overflow(key)
-            out[key] = out.get(key, 0) + n
-    return out
-
-
-def set_in_flight(store: Store, totals: dict[Row, int]) -> None:
-    """The served gauge is the sum of the live workers' latest values."""
-    with store.held:
-        store.rows[names.REQUESTS_IN_FLIGHT] = dict(totals)

@@ -49,8 +49,9 @@ from ..config.settings import Config, ConfigError
 from ..expose import connection_guard
 from ..record.recorder import Recorder
 from . import validate, wire
-from .absorb import absorb, in_flight_rows, set_in_flight
+from .absorb import absorb
 from .access import Access
+from .gauges import WorkerGauges
 from .journal import GroupSync, StateFiles, unusable
 from .settled import Applied, applied_map
 from .wire import Delta, PushError
@@ -58,6 +59,9 @@ from .wire import Delta, PushError
 log = logging.getLogger("exporter.aggregator")
 
 SNAPSHOT_WORKER = "snapshot"
+#: /push bodies (of `max_body_bytes` each at most) held at once, being read or waiting for
+#: the aggregator's thread: past it a push is answered 503 and retried by its worker.
+HELD_BODIES = 4
 #: Gauges of a worker that gave no interval expire after this long at least.
 MIN_GAUGE_TTL = 10.0
 
@@ -110,6 +114,9 @@ class Aggregator:
         #: One thread applies pushes, expires gauges and writes snapshots, one at a time, off
         #: the event loop.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-aggregator")
+        #: Bytes of /push bodies held now (being read, or waiting for the aggregator's thread),
+        #: at most HELD_BODIES bodies' worth: each connection slot could otherwise hold a body.
+        self.held_bytes = 0
         self.rejected = {reason: 0 for reason in names.REJECT_REASONS}
         self.batches = {result: 0 for result in names.PUSH_RESULTS}
         self.lost_batches = 0
@@ -118,11 +125,8 @@ class Aggregator:
         #: worker id -> the seqs applied, least recently pushed first (bounded: max_workers)
         self.applied: dict[str, Applied] = {}
         self.evicted_workers = 0  # entries evicted from `applied` since the state began
-        #: worker id -> (expiry on `clock`, its latest in-flight values), and their sum
-        self.gauges: dict[str, tuple[float, dict[tuple[str, ...], int]]] = {}
-        self._gauge_totals: dict[tuple[str, ...], int] = {}
-        #: The in-flight keys of all workers (bounded: labels.max_series).
-        self._gauge_keys: set[tuple[str, ...]] = set()
+        #: The live workers' in-flight values (expiring on `clock`), and their sum served
+        self.gauges = WorkerGauges(recorder)
         self.files = StateFiles(agg.snapshot_path) if agg.snapshot_path else None
         self.machine_durable = self.files is not None and agg.durability == "machine"
         #: Pushes journalled but not yet applied (waiting for their fsync): a snapshot keeps
@@ -230,43 +234,21 @@ class Aggregator:
             self.evicted_workers += 1
         if window:  # live pushes (not a replay at start) carry the worker's current gauges
             if delta.final:
-                self._set_gauges(worker, None)
+                self.gauges.set(worker, None)
             else:
                 ttl = self.config.aggregator.gauge_ttl_seconds or max(3 * delta.interval,
                                                                       MIN_GAUGE_TTL)
-                rows = delta.rows.get(names.REQUESTS_IN_FLIGHT, {})
-                self._set_gauges(worker, in_flight_rows(self.recorder, rows, self._gauge_keys),
-                                 self.clock() + ttl)
+                self.gauges.set(worker, delta.rows.get(names.REQUESTS_IN_FLIGHT, {}),
+                                self.clock() + ttl)
         self.lost_batches += delta.lost_batches
         self.push_failures += delta.push_failures
         self.batches[names.PUSH_APPLIED] += 1
         return True
 
-    def _set_gauges(self, worker: str, values: dict[tuple[str, ...], int] | None,
-                    expires: float = 0.0) -> None:
-        """A worker's latest gauges (None: gone); the served totals follow incrementally."""
-        old = self.gauges.pop(worker, None)
-        if values is not None:
-            self.gauges[worker] = (expires, values)
-        old_values = old[1] if old is not None else {}
-        if old_values == (values or {}):
-            return
-        totals = self._gauge_totals
-        for key, n in old_values.items():
-            left = totals.get(key, 0) - n
-            if left:
-                totals[key] = left
-            else:
-                totals.pop(key, None)
-        for key, n in (values or {}).items():
-            totals[key] = totals.get(key, 0) + n
-        set_in_flight(self.recorder, totals)
-
     def expire(self) -> None:
-        """Drop the gauges of workers that stopped pushing."""
-        now = self.clock()
-        for worker in [w for w, (expires, _) in self.gauges.items() if expires < now]:
-            self._set_gauges(worker, None)
+        """Drop the gauges of workers that stopped pushing (and the in-flight keys that went
+        with them once their labels expired)."""
+        self.gauges.expire(self.clock())
 
     # --- HTTP: the exporter app's extension (expose/server.py) ----------------------------------
 
@@ -298,40 +280,70 @@ class Aggregator:
                 status, answer = self.reject(names.REJECT_TOO_LARGE,
                                              f"body over {limit} bytes")
                 return web.json_response(answer, status=status)
-            chunks, size = [], 0
+            body = await self._read_body(request, limit)
+            if isinstance(body, web.Response):
+                return body
             try:
-                async with timeout(self.config.server.body_timeout_seconds):
-                    async for chunk in request.content.iter_chunked(1 << 16):
-                        size += len(chunk)
-                        if size > limit:
-                            status, answer = self.reject(names.REJECT_TOO_LARGE,
-                                                         f"body over {limit} bytes")
-                            return web.json_response(answer, status=status)
-                        chunks.append(chunk)
-            except TimeoutError:  # a client trickling its body: its connection goes
-                connection_guard.CLOSED["slow"] += 1
-                response = web.json_response({"error": "timeout", "detail": "body too slow"},
-                                             status=408)
-                response.force_close()
-                return response
-            # validation and merging run on the aggregator's own thread: the event loop keeps
-            # answering (/healthz, scrapes) during the largest push
-            loop = asyncio.get_running_loop()
-            if self.group_sync is None:
-                status, answer = await loop.run_in_executor(self.worker, self.accept,
-                                                            b"".join(chunks))
-                return web.json_response(answer, status=status)
-            status, answer, pending = await loop.run_in_executor(self.worker, self.journal,
-                                                                 b"".join(chunks))
-            if pending is not None:  # (shielded: a client gone meanwhile leaves none pending)
-                status, answer = await asyncio.shield(self._commit_when_durable(pending))
-            return web.json_response(answer, status=status)
+                return await self._accept_body(body)
+            finally:
+                self.held_bytes -= len(body)
         except (ConnectionError, asyncio.IncompleteReadError):
             raise
         except Exception:  # a bug must not take the aggregator down, nor half-apply silently
             log.exception("ttft-exporter aggregator: push failed")
             self.recorder.count_drop(names.DROP_INTERNAL)
             return web.json_response({"error": "internal"}, status=500)
+
+    async def _read_body(self, request: web.Request, limit: int) -> bytes | web.Response:
+        """The push's body, its bytes counted in `held_bytes` (the caller gives them back);
+        or the refusal: too large, too slow, or too many bodies held at once (503, not applied:
+        the worker retries after its backoff and counts the failed attempt)."""
+        chunks, size = [], 0
+        budget = HELD_BODIES * limit
+        try:
+            async with timeout(self.config.server.body_timeout_seconds):
+                async for chunk in request.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    self.held_bytes += len(chunk)
+                    if size > limit:
+                        self.held_bytes -= size
+                        status, answer = self.reject(names.REJECT_TOO_LARGE,
+                                                     f"body over {limit} bytes")
+                        return web.json_response(answer, status=status)
+                    if self.held_bytes > budget:
+                        self.held_bytes -= size
+                        response = web.json_response(
+                            {"error": "busy", "applied": False,
+                             "detail": f"over {budget} bytes of push bodies held at once: "
+                                       f"retry later"}, status=503, headers={"Retry-After": "1"})
+                        response.force_close()  # the rest of its body is not read
+                        return response
+                    chunks.append(chunk)
+        except TimeoutError:  # a client trickling its body: its connection goes
+            self.held_bytes -= size
+            connection_guard.CLOSED["slow"] += 1
+            # definite like the other refusals: a body never read whole was not applied
+            response = web.json_response({"error": "timeout", "detail": "body too slow",
+                                          "applied": False}, status=408)
+            response.force_close()
+            return response
+        except BaseException:
+            self.held_bytes -= size
+            raise
+        return b"".join(chunks)
+
+    async def _accept_body(self, body: bytes) -> web.Response:
+        """Validate, journal and apply a read body; the answer."""
+        # validation and merging run on the aggregator's own thread: the event loop keeps
+        # answering (/healthz, scrapes) during the largest push
+        loop = asyncio.get_running_loop()
+        if self.group_sync is None:
+            status, answer = await loop.run_in_executor(self.worker, self.accept, body)
+            return web.json_response(answer, status=status)
+        status, answer, pending = await loop.run_in_executor(self.worker, self.journal, body)
+        if pending is not None:  # (shielded: a client gone meanwhile leaves none pending)
+            status, answer = await asyncio.shield(self._commit_when_durable(pending))
+        return web.json_response(answer, status=status)
 
     async def _commit_when_durable(self, pending: Pending) -> tuple[int, dict[str, Any]]:
         """`durability: machine`: wait for an fsync covering the push, then apply it."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from array import array
 import math
 import re
 import zlib
@@ -217,19 +218,28 @@ def from_payload(doc: Any, schema: Schema) -> Delta:
 
 
 def _bounded(doc: dict[str, Any], limit: int) -> None:
-    """Refuse, before any work, a push with more series or rows than a family may hold."""
+    """Refuse, before any work, a push with more series or rows than a family may hold: a
+    counter holds `limit` rows and, past them, its overflow rows (names.Counter.overflow)."""
     histograms = doc.get("histograms")
     series = sum(len(flat) // 4 for flat in histograms.values() if flat.__class__ is list) \
         if histograms.__class__ is dict else 0
     counters = doc.get("counters")
-    rows = [(name, _size(value)) for name, value in counters.items()] \
-        if counters.__class__ is dict else []
-    for what, n in (("series", series), ("label sets", _size(doc.get("labels"))),
-                    *((c.wire, _size(doc.get(c.wire))) for c in names.COUNTERS if c.wire),
-                    *rows):
-        if n > limit:
+    later = counters if counters.__class__ is dict else {}
+    for what, n, most in (
+            ("series", series, limit), ("label sets", _size(doc.get("labels")), limit),
+            *((c.wire, _size(doc.get(c.wire)), limit + _overflow_rows(c))
+              for c in names.COUNTERS if c.wire),
+            *((name, _size(value), limit + _overflow_rows(names.COUNTERS_BY_NAME[name]))
+              for name, value in later.items() if name in names.COUNTERS_BY_NAME)):
+        if n > most:
             raise PushError(names.REJECT_TOO_LARGE, f"{n} {what} in one push: more than "
-                                                    f"labels.max_series ({limit})")
+                                                    f"labels.max_series ({limit}) allows")
+
+
+def _overflow_rows(counter: names.Counter) -> int:
+    """The overflow rows a counter can hold past `labels.max_series`: one per combination of
+    its closed labels' values."""
+    return math.prod(len(values) for _, values in counter.closed)
 
 
 def _size(value: Any) -> int:
@@ -324,12 +334,15 @@ def _rows(value: Any, what: str, n: int, max_len: int, into: dict[tuple[str, ...
 #: or -1 when unbounded): one-bucket deltas (a series with one or a few values in the interval,
 #: most series of most pushes) recur across series and pushes, and their decoding and bounds
 #: are then a dictionary lookup. Only those are kept: larger ones rarely repeat.
-_DECODED: dict[tuple[Layout, str], tuple[tuple[int, ...], tuple[int, ...], int, int, int]] = {}
+#: Indices and counts are kept as machine arrays, 12 bytes a bucket: as Python ints (an index
+#: past 256 is an object of its own) they took ~46, and a valid push of dense histograms
+#: (0.3 MB compressed, 16 MiB inflated: 11 million buckets) grew `serve` by 550 MiB.
+_DECODED: dict[tuple[Layout, str], tuple[Sequence[int], Sequence[int], int, int, int]] = {}
 _DECODED_MAX = 100_000
 _DECODED_KEY_MAX = 8  # base64 characters: up to 6 bytes, a zero run and one count
 
 
-def _decoded(layout: Layout, b64: str) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
+def _decoded(layout: Layout, b64: str) -> tuple[Sequence[int], Sequence[int], int, int, int]:
     key = (layout, b64)
     found = _DECODED.get(key)
     if found is not None:
@@ -349,7 +362,10 @@ def _decoded(layout: Layout, b64: str) -> tuple[tuple[int, ...], tuple[int, ...]
     low = sum(map(mul, counts, map(lowest.__getitem__, indices)))
     high = -1 if indices[-1] == len(lowest) - 1 else \
         low + sum(map(mul, counts, map(width.__getitem__, indices)))
-    found = (tuple(indices), tuple(counts), sum(counts), low, high)
+    n = sum(counts)
+    if n > _MAX_COUNT:
+        raise PushError(MALFORMED, "histogram count past 2^63 - 1")
+    found = (array("i", indices), array("q", counts), n, low, high)
     if len(b64) <= _DECODED_KEY_MAX:
         if len(_DECODED) >= _DECODED_MAX:
             _DECODED.clear()
@@ -363,7 +379,7 @@ def _read_hist(layout: Layout, b64: Any, count: Any, total: Any) -> Sparse:
     indices, counts, n, low, high = _decoded(layout, b64)
     if total.__class__ is not int or not 0 <= total <= _MAX_SUM:
         raise PushError(MALFORMED, "histogram sum must be a non-negative integer")
-    if count.__class__ is not int or count != n or n > _MAX_COUNT:
+    if count.__class__ is not int or count != n:
         raise PushError(MALFORMED, "histogram count does not match its counts (truncated?)")
     if total < low or (total > high >= 0):
         raise PushError(MALFORMED, "histogram sum outside what its buckets allow")

@@ -216,6 +216,12 @@ class LabelGuard:
                 out[names.FINGERPRINT], count if names.ADDRESS in counted else 0)
         return tuple(out[label] for label in labels)
 
+    def keeps(self, labels: Sequence[str], values: Sequence[str]) -> bool:
+        """True when every capped value among these (model, route, provider, task) is kept:
+        none was folded, nor freed by an expiry since."""
+        return all(value in self._seen[label] for label, value in zip(labels, values)
+                   if label in self._seen)
+
     def expire(self) -> Expired:
         """A new epoch: free every value last seen EPOCHS epochs ago or earlier (a model's or a
         route's tenants and a model's upstreams go with it) and return them."""

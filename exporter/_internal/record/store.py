@@ -126,6 +126,9 @@ class Store:
         self.next_epoch_ns = clock.monotonic_ns() + self.epoch_ns
         #: How many times series or rows were removed (readers with caches compare it).
         self.removals = 0
+        #: When it was created, empty (Unix time): a renderer built later (at a process's first
+        #: scrape) dates the debuts and created timestamps of what it finds from here.
+        self.born = clock.time()
 
     # --- the lock -----------------------------------------------------------------------------
 
