@@ -77,8 +77,8 @@ def test_text_format_golden_bytes():
         f"{WINDOW}_sum{{{LABELS}}} 0.05\n")
     decode = 'model="m",phase="decode",provider="p",route="r"'  # no tenant on phases
     assert blocks[PHASE] == (
-        f"# HELP {PHASE} Time spent in each phase of the call (queue, connect, send, server, "
-        f"prefill, reasoning, decode).\n"
+        f"# HELP {PHASE} Time spent in each phase of the call (retry, queue, connect, send, "
+        f"server, prefill, reasoning, decode).\n"
         f"# TYPE {PHASE} histogram\n"
         f'{PHASE}_bucket{{le="0.1",{decode}}} 1.0\n'
         f'{PHASE}_bucket{{le="1.0",{decode}}} 1.0\n'

@@ -39,6 +39,9 @@ def reference(store: Store, t: CallTimeline) -> None:
                               guard.value(names.ROUTE, t.route))
     tenant = names.UNKNOWN if not t.tenant else guard.tenant(model, route, t.tenant)
     store.add_row(names.REQUESTS, (model, t.outcome, provider, route, tenant))
+    for reason, n in (t.retries or {}).items():
+        known = reason if reason in names.RETRY_REASONS else names.RETRY_OTHER
+        store.add_row(names.RETRIES, (model, provider, known, route), n)
     d = derive(t)
     slice_id = t.end // store.slice_ns
     with store.held:
@@ -114,6 +117,9 @@ def test_streamed_calls_with_every_value_present_or_absent() -> None:
             trace_id=f"{i:032x}" if rng.random() < 0.5 else None,
             server_queue=rng.choice([None, 0, 30 * 10**6]),
             server_prefill=rng.choice([None, 120 * 10**6, 2 * 10**9]))
+        if rng.random() < 0.3:  # retried: failed attempts before the final one
+            t.attempt_start = now + (stamps[0] - now) // 2
+            t.retries = {names.RETRY_OVERLOADED: 1, rng.choice(["timeout", "bogus"]): 2}
         if rng.random() < 0.7:
             for at in stamps[4:4 + rng.randrange(1, 5)]:
                 t.token(at, rng.choice([names.CONTENT, names.REASONING]))
@@ -133,7 +139,12 @@ def test_streamed_calls_with_every_value_present_or_absent() -> None:
     assert any(s.exemplars for name in windowed for s in recorder.families[name].series.values())
     for family in (names.SERVER_QUEUE, names.SERVER_PREFILL, names.OUTSIDE_SERVER):
         assert recorder.families[family.name].series, family.name
+    assert any(values[1] == "retry" for values in
+               recorder.families[names.PHASE_FAMILY.name].series)
     assert recorder.rows[names.REQUESTS_TOTAL] == store.rows[names.REQUESTS_TOTAL]
+    retried = recorder.rows[names.RETRIES.name]
+    assert retried == store.rows[names.RETRIES.name]
+    assert {reason for _, _, reason, _ in retried} == {"overloaded", "timeout", "other"}
     assert recorder.rows[names.SELF_DROPS] == store.rows[names.SELF_DROPS]
 
 
@@ -152,3 +163,24 @@ def test_a_full_batch_folds_on_the_callers_thread_as_observe_folds_it() -> None:
     assert_same_series(recorder, store)
     server_phase = recorder.families[names.PHASE_FAMILY.name].series[("m", "server", "p", "/a")]
     assert server_phase.hist.count == 256 and len(server_phase.pending) == 300 - 256
+
+
+def test_the_retry_reason_is_a_closed_label_on_the_wire() -> None:
+    # a worker's retries reach the aggregator; a push with a reason of no known kind is refused
+    from exporter._internal.fleet import wire
+    from exporter._internal.fleet.take import take
+    from exporter._internal.fleet.validate import PushError, decode
+
+    worker = Recorder()
+    t = CallTimeline(start=10**12, model="m", provider="p", route="/a", dispatched=10**12 + 9,
+                     end=10**12 + 10**6, outcome=names.OK, attempt_start=10**12 + 5,
+                     retries={names.RETRY_RATE_LIMITED: 2})
+    worker.record_call(t)
+    delta = take(worker)
+    delta.worker, delta.seq = "w1", 1
+    layouts, schema = worker.schema.layouts(), Recorder().schema
+    row = ("m", "p", names.RETRY_RATE_LIMITED, "/a")
+    assert decode(wire.encode(delta, layouts), schema).rows[names.RETRIES.name] == {row: 2}
+    delta.rows[names.RETRIES.name] = {("m", "p", "teapot", "/a"): 1}
+    with pytest.raises(PushError, match="unknown label value 'teapot'"):
+        decode(wire.encode(delta, layouts), schema)

@@ -339,6 +339,11 @@ def test_retries_are_one_call(server, recorded):
         c.chat.completions.create(model="m", messages=MESSAGES, extra_headers=script(status=500))
     t = recorded.one()
     assert t.outcome == names.PROVIDER_ERROR
+    # the retried attempt is counted by what ended it, and the SDK's backoff (no retry-after:
+    # its own, 0.375 to 0.5 s) is the retry phase, not the queue
+    assert t.retries == {names.RETRY_SERVER_ERROR: 1}
+    phases = derive(t).phases
+    assert phases["retry"] >= 375_000 and phases["queue"] < 100_000, phases
 
 
 def test_mid_stream_disconnect(server, recorded):

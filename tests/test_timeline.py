@@ -128,6 +128,30 @@ def test_a_non_streamed_call_has_no_part_outside_the_server(derive):
     assert d.outside_server is None
 
 
+def test_a_retried_call_has_a_retry_phase_and_the_final_attempts_queue(derive):
+    # two attempts failed (900 ms of them and the SDK's backoff); the third left at once
+    t = timeline(attempt_start=900, dispatched=902, connected=910, sent=911, headers=1000)
+    t.token(1100 * MS)
+    t.token(1150 * MS)
+    t.end = 1200 * MS
+    d = derive(t)
+    assert list(d.phases.items()) == [
+        ("retry", 900_000), ("queue", 2000), ("connect", 8000), ("send", 1000),
+        ("server", 89_000), ("prefill", 100_000), ("decode", 50_000)]
+    # the user waited through the retries: TTFT and duration still count from the call's start
+    assert (d.ttft, d.first_answer, d.duration) == (1_100_000, 1_100_000, 1_200_000)
+
+
+def test_a_call_that_did_not_retry_has_no_retry_phase(derive):
+    t = timeline(dispatched=2, connected=2, sent=3, headers=50)
+    assert "retry" not in derive(t).phases and derive(t).phases["queue"] == 2000
+    # an attempt start before the call's (a caller's own stamps): no retry phase, the queue
+    # still from the attempt's start
+    t = timeline(dispatched=2)
+    t.start, t.attempt_start = 5 * MS, 1 * MS
+    assert derive(t).phases == {"queue": 1000}
+
+
 def test_out_of_order_stamps_are_not_derived():
     t = timeline(sent=10, headers=5)
     assert "server" not in phases(t)
@@ -185,7 +209,7 @@ def test_c_derive_is_the_python_definition_for_any_timeline():
                                max_size=3),
                       st.just((base, base + 10)))
     fields = ("start", "dispatched", "connected", "sent", "headers", "first_token",
-              "first_answer_token", "end")
+              "first_answer_token", "end", "attempt_start")
 
     # the server's own queue and prefill (ns): none, plausible, or anything
     server = st.one_of(st.none(), st.integers(0, 10**10), count)

@@ -42,7 +42,7 @@ LABEL_FOLDS: tuple[str, ...] = (MODEL, ROUTE, PROVIDER, TASK, FOLD_SERIES, FOLD_
 UNKNOWN = "unknown"
 
 # --- phases (docs/metrics.md), in call order --------------------------------------------------
-PHASES: tuple[str, ...] = ("queue", "connect", "send", "server", "prefill", "reasoning", "decode")
+PHASES = ("retry", "queue", "connect", "send", "server", "prefill", "reasoning", "decode")
 
 # --- outcomes ------------------------------------------------------------------------------------
 OK = "ok"
@@ -66,6 +66,11 @@ OUTCOMES: tuple[str, ...] = (OK, CLIENT_ERROR, RATE_LIMITED, PROVIDER_ERROR, TIM
 #: error objective and its pages count these; the caller's own (client_error, rate_limited,
 #: cancelled, abandoned) never spend the provider's budget.
 PROVIDER_FAILURES: tuple[str, ...] = (PROVIDER_ERROR, TIMEOUT, CONNECTION_ERROR, ERROR)
+#: `reason` of RETRIES: what ended an attempt the client retried (docs/metrics.md, retry_reason).
+RETRY_REASONS: tuple[str, ...] = ("rate_limited", "overloaded", "server_error", "timeout",
+                                  "connection", "other")
+RETRY_RATE_LIMITED, RETRY_OVERLOADED, RETRY_SERVER_ERROR, RETRY_TIMEOUT, RETRY_CONNECTION, \
+    RETRY_OTHER = RETRY_REASONS
 
 # --- token kinds ---------------------------------------------------------------------------------
 CONTENT = "content"
@@ -191,8 +196,8 @@ DURATION = Family(
     per_call="duration")
 PHASE_FAMILY = Family(
     "llm_client_phase_seconds", "seconds",
-    "Time spent in each phase of the call (queue, connect, send, server, prefill, reasoning, "
-    "decode).", False, extra_label=PHASE)
+    "Time spent in each phase of the call (retry, queue, connect, send, server, prefill, "
+    "reasoning, decode).", False, extra_label=PHASE)
 SERVER_QUEUE = Family(
     "llm_client_server_queue_seconds", "seconds",
     "Per call whose server reported it (vLLM's per-request metrics): the time the request "
@@ -324,14 +329,15 @@ class Counter:
     #: The push payload's key for the counters of the wire format's first release (version 1);
     #: "" for those added since, which travel in its `counters` object.
     wire: str = ""
+    own_values: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (label, values) closed here alone
 
     @property
     def closed(self) -> tuple[tuple[int, tuple[str, ...]], ...]:
         """(position, allowed values) of the labels whose values are a closed set."""
         if self.zero_rows:
             return ((0, self.zero_rows),)
-        return tuple((i, CLOSED_LABELS[label]) for i, label in enumerate(self.labels)
-                     if label in CLOSED_LABELS)
+        allowed = {**CLOSED_LABELS, **dict(self.own_values)}
+        return tuple((i, allowed[name]) for i, name in enumerate(self.labels) if name in allowed)
 
     def overflow(self, row: tuple[str, ...]) -> tuple[str, ...]:
         """The row `row` folds into past labels.max_series: closed labels keep their value."""
@@ -361,6 +367,10 @@ FINISH_REASONS_TOTAL = Counter(
     "llm_client_finish_reasons_total", "LLM calls by the reason the provider stopped "
     "generating (stop, length, tool_calls, content_filter, other).",
     (FINISH_REASON, MODEL, PROVIDER, ROUTE))
+RETRIES = Counter(
+    "llm_client_retries_total", "Attempts of LLM calls that failed and were retried by the "
+    "client, by what ended them (rate_limited, overloaded, server_error, timeout, connection, "
+    "other).", (MODEL, PROVIDER, REASON, ROUTE), own_values=((REASON, RETRY_REASONS),))
 TASKS_TOTAL = Counter(
     "llm_client_tasks_total", "Agent tasks by outcome and deadline (none, met, exceeded).",
     (DEADLINE, OUTCOME, TASK), counts_folds=(TASK,))
@@ -386,7 +396,7 @@ DROPPED = Counter(
     wire="dropped")
 #: Every counter family, in exposition order.
 COUNTERS: tuple[Counter, ...] = (
-    REQUESTS, IN_FLIGHT, USAGE_INPUT, USAGE_CACHED, UPSTREAMS, FINISH_REASONS_TOTAL,
+    REQUESTS, IN_FLIGHT, USAGE_INPUT, USAGE_CACHED, UPSTREAMS, FINISH_REASONS_TOTAL, RETRIES,
     TASKS_TOTAL, TASK_LATE_CALLS, TASK_ORPHAN_TOKENS, TASK_WATERFALL_CALLS, TENANT_FOLDS,
     FOLDS_BY_LABEL, DROPPED)
 COUNTERS_BY_NAME: dict[str, Counter] = {c.name: c for c in COUNTERS}
@@ -454,6 +464,7 @@ LEGACY_ATTR_TOKEN_MODALITY = "gen_ai.token.modality"
 ATTR_SERVER_ADDRESS = "server.address"
 ATTR_SERVER_PORT = "server.port"
 ATTR_ERROR_TYPE = "error.type"
+ATTR_RESEND_COUNT = "http.request.resend_count"  # retries (OTel HTTP's; GenAI has none)
 ATTR_ROUTE = "ttft_exporter.route"
 ATTR_TENANT = "ttft_exporter.tenant"
 ATTR_OUTCOME = "ttft_exporter.outcome"

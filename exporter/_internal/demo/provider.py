@@ -14,6 +14,14 @@ the answer), `tool_call` (answer streamed as tool-call arguments when the reques
 tokens), `input_tokens`, `cached_tokens`, `engine` (`llama.cpp` or `vllm`: a chat completion
 carries that engine's own timings, engines.py). Token events count reasoning and answer
 together.
+Failed attempts, which the SDKs retry (the attempt is the `x-stainless-retry-count` they send;
+0 without it): `fail_attempts` says how each attempt in turn fails, an HTTP status (429, 503,
+529, ...), `disconnect` (the connection dropped before any response) or `hang` (nothing sent
+for 10 s, for a client's timeout to end), null for none; any other attempt fails with the
+probability `fail_share`, answering `fail_status` (503). A failure comes `fail_wait` s after the
+request. An error answer (these, and `status`) carries `retry-after-ms` when the script gives
+`retry_after_ms`, and `retry-after` from `retry_after` (s; null: none), by default 1 s for a
+429, 503 or 529.
 A request's max_tokens (or max_completion_tokens, max_output_tokens) cuts any plan short, as a
 real provider stops at it; the OpenAI formats report the time from the request's arrival to
 the headers in `openai-processing-ms`.
@@ -34,6 +42,7 @@ import asyncio
 import functools
 import ipaddress
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -51,12 +60,18 @@ from .engines import ENGINES
 from .wire_formats import Call, ChatCompletions, Messages, Responses, WireFormat
 
 SCRIPT_HEADER = "x-demo-script"
+#: Which attempt of a call a request is (0: the first), as the openai and anthropic SDKs say.
+ATTEMPT_HEADER = "x-stainless-retry-count"
 TENANT_HEADER = "x-demo-tenant"
 INPUT_TOKENS_HEADER = "x-demo-input-tokens"
 SCRIPT_KEYS = frozenset({
     "server_wait", "prefill", "tokens", "reasoning_tokens", "tool_call", "gap", "stall_after",
     "stall", "status", "disconnect_after", "input_tokens", "cached_tokens", "engine",
+    "fail_attempts", "fail_share", "fail_status", "fail_wait", "retry_after", "retry_after_ms",
 })
+#: How an attempt can fail besides an HTTP status; how long a `hang` sends nothing.
+DISCONNECT, HANG = "disconnect", "hang"
+_HANG_SECONDS = 10.0
 
 _TEXT_KEYS = frozenset({"messages", "input", "instructions", "system", "content", "text"})
 
@@ -119,8 +134,65 @@ def _script_engine(raw: str | None) -> str | None:
     return engine
 
 
-def _error_response(wire: type[WireFormat], status: int, message: str) -> web.Response:
-    headers = {"retry-after": "1"} if status in (429, 503, 529) else {}
+@dataclass(frozen=True)
+class Failure:
+    """How one attempt fails, as its script says: an HTTP status, `disconnect` or `hang`, after
+    `wait` seconds, an error answer carrying the retry headers `retry`."""
+
+    what: int | str
+    wait: float
+    retry: dict[str, str]
+
+
+def _retry_headers(script: dict[str, Any], status: int) -> dict[str, str]:
+    """The retry headers of an error answer: `retry-after-ms`, `retry-after` as scripted."""
+    headers = {}
+    if script.get("retry_after_ms") is not None:
+        headers["retry-after-ms"] = str(float(script["retry_after_ms"]))
+    if "retry_after" in script:
+        if script["retry_after"] is not None:
+            headers["retry-after"] = str(float(script["retry_after"]))
+    elif status in (429, 503, 529):
+        headers["retry-after"] = "1"
+    return headers
+
+
+def _read_failure(raw: str | None, attempt: int) -> Failure | None:
+    """How the script has this attempt fail, if it does (ValueError: a malformed failure)."""
+    if raw is None:
+        return None
+    script = json.loads(raw)
+    planned = script.get("fail_attempts") or []
+    if not isinstance(planned, list):
+        raise ValueError("fail_attempts must be a list")
+    if attempt < len(planned):
+        what = planned[attempt]
+    elif random.random() < float(script.get("fail_share", 0.0)):
+        what = script.get("fail_status", 503)
+    else:
+        return None
+    if what is None:
+        return None
+    if what not in (DISCONNECT, HANG) and not (isinstance(what, int) and 400 <= what <= 599):
+        raise ValueError(f"an attempt fails with an HTTP error status, {DISCONNECT!r} or "
+                         f"{HANG!r}, not {what!r}")
+    status = what if isinstance(what, int) else 0
+    return Failure(what, float(script.get("fail_wait", 0.0)), _retry_headers(script, status))
+
+
+async def _fail(request: web.Request, wire: type[WireFormat], failure: Failure
+                ) -> web.StreamResponse:
+    """Serve a failed attempt."""
+    await asyncio.sleep(failure.wait + (_HANG_SECONDS if failure.what == HANG else 0.0))
+    if not isinstance(failure.what, int):
+        _abort(request)
+    return _closing(_error_response(wire, failure.what, f"scripted HTTP {failure.what}",
+                                    failure.retry), request.app[_CLOSE])
+
+
+def _error_response(wire: type[WireFormat], status: int, message: str,
+                    retry: dict[str, str] | None = None) -> web.Response:
+    headers = _retry_headers({}, status) if retry is None else retry
     return web.json_response(wire.error_body(status, message), status=status, headers=headers)
 
 
@@ -189,9 +261,15 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
         scripted = _read_script(request.headers.get(SCRIPT_HEADER), input_tokens,
                                 tools=tool_name is not None)
         engine = _script_engine(request.headers.get(SCRIPT_HEADER))
+        failure = _read_failure(request.headers.get(SCRIPT_HEADER),
+                                int(request.headers.get(ATTEMPT_HEADER, 0)))
+        retry = None if scripted is None else \
+            _retry_headers(json.loads(request.headers[SCRIPT_HEADER]), scripted.status or 0)
         max_tokens = wire.max_tokens(body)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         return _error_response(wire, 400, f"bad request: {exc!r}")
+    if failure is not None:
+        return await _fail(request, wire, failure)
 
     def call(plan: Plan) -> Call:
         return Call(model=model, stream=bool(body.get("stream")),
@@ -199,7 +277,8 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
                     plan=limited(plan, max_tokens), received=received, engine=engine)
 
     if scripted is not None:
-        return await _respond(request, wire, call(scripted), paused_until=lambda: 0.0)
+        return await _respond(request, wire, call(scripted), paused_until=lambda: 0.0,
+                              retry=retry)
     state = request.app[_STATE]
     async with state.slots(model):  # the queue: waiting here is server time before headers
         plan = state.simulator.plan(model, request.headers.get(TENANT_HEADER, "default"),
@@ -209,22 +288,25 @@ async def _handle(request: web.Request, wire: type[WireFormat]) -> web.StreamRes
 
 
 async def _respond(request: web.Request, wire_type: type[WireFormat], call: Call,
-                   paused_until: Callable[[], float]) -> web.StreamResponse:
-    """Serve one planned response; a client that hangs up mid-stream just ends it, quietly."""
+                   paused_until: Callable[[], float], retry: dict[str, str] | None = None
+                   ) -> web.StreamResponse:
+    """Serve one planned response (`retry`: an error answer's retry headers, when scripted);
+    a client that hangs up mid-stream just ends it, quietly."""
     try:
-        return await _serve_plan(request, wire_type, call, paused_until)
+        return await _serve_plan(request, wire_type, call, paused_until, retry)
     except ConnectionResetError:  # aiohttp's ClientConnectionResetError derives from it
         raise asyncio.CancelledError from None  # aiohttp ends a cancelled handler silently
 
 
 async def _serve_plan(request: web.Request, wire_type: type[WireFormat], call: Call,
-                      paused_until: Callable[[], float]) -> web.StreamResponse:
+                      paused_until: Callable[[], float], retry: dict[str, str] | None
+                      ) -> web.StreamResponse:
     plan = call.plan
     close = request.app[_CLOSE]
     await asyncio.sleep(plan.server_wait)
     if plan.status is not None:
-        return _closing(_error_response(wire_type, plan.status, f"scripted HTTP {plan.status}"),
-                        close)
+        return _closing(_error_response(wire_type, plan.status, f"scripted HTTP {plan.status}",
+                                        retry), close)
     wire = wire_type(call)
     headers = {wire.request_id_header: f"req_{wire.id}", REGION_HEADER: request.app[_REGION]}
     if wire.processing_header:

@@ -66,8 +66,9 @@ OVERVIEW = Spec("ttft-overview", "LLM TTFT: overview",
                 "TTFT and first answer token against their SLOs, the error budget over the SLO "
                 "period, the slowest models and routes, outcomes and errors.")
 PHASES = Spec("ttft-phases", "LLM TTFT: where the time goes",
-              "Call phases (queue, connect, send, server, prefill, reasoning, decode), prefill "
-              "per 1k uncached input tokens, prompt sizes and the prompt-cache share.")
+              "Call phases (retry, queue, connect, send, server, prefill, reasoning, decode), "
+              "the SDKs' retries by reason, prefill per 1k uncached input tokens, prompt sizes "
+              "and the prompt-cache share.")
 TENANTS = Spec("ttft-tenants", "LLM TTFT: tenants and noisy neighbours",
                "Slowest tenants now, the share of tenants slower than an hour ago (one tenant: "
                "its prompts or cache; all tenants: the provider or a neighbour), tenant folding.")
@@ -202,13 +203,19 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
     uncached_mean = (f"(\n  {inputs}\n  - ({cached} or 0 * {inputs})\n)\n"
                      f"/ ({sum_by(MODEL_ROUTE, q.hrate(tok, 'count', q.vars(tok)))} > 0)")
     tokens_note = "" if config.family_has_tenant(tok) else ALL_TENANTS
+    retried_calls = sum_by(MODEL_ROUTE, q.hrate(fam, "count", phase_sel("retry")))
+    retried_share = (f"{retried_calls}\n"
+                     f"/ ({sum_by(MODEL_ROUTE, rate(names.REQUESTS_TOTAL, q.mr()))} > 0)")
+    retries = sum_by([names.REASON], rate(names.RETRIES.name, q.mr()))
     panels = [
         (Row(title="Phases of a call (selection; all tenants)"), 24),
         (timeseries("Mean time per phase",
-                    "Mean of each phase over the selected models and routes, stacked: queue "
-                    "(client-side waiting), connect (DNS, TCP, TLS), send, server (until "
-                    "response headers), prefill (headers to first token), reasoning (to the "
-                    "first answer token), decode." + ALL_TENANTS,
+                    "Mean of each phase over the selected models and routes, stacked: retry "
+                    "(the failed attempts and the SDK's backoff before the final attempt; "
+                    "its mean is over the calls that retried), queue (client-side waiting "
+                    "before the final attempt left), connect (DNS, TCP, TLS), send, server "
+                    "(until response headers), prefill (headers to first token), reasoning "
+                    "(to the first answer token), decode." + ALL_TENANTS,
                     [target(mean_phase, "{{phase}}")], "s", q.runbook(TTFT_FAST),
                     stacked=True), 12),
         (timeseries("p99 per phase",
@@ -218,6 +225,17 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
                     [target(top(q.quantile(0.99, fam, [names.PHASE], phase_sel())),
                             "{{phase}}")], "s",
                     q.runbook(ROUTE_CHANGE)), 12),
+        (timeseries("Retried attempts by reason",
+                    "Attempts the SDK retried per second, by what ended them: rate_limited "
+                    "(429), overloaded (503, 529), server_error (other 5xx), timeout, "
+                    "connection, other. Overload shows here and in the retry phase, not in "
+                    "queue. All tenants.",
+                    [target(retries, "{{reason}}")], "reqps", q.runbook(ERRORS)), 12),
+        (timeseries("Share of calls that retried (top 10)",
+                    "Calls whose SDK retried at least once, of all calls, by model and route. "
+                    "All tenants.",
+                    [target(top(retried_share), MR_LEGEND)], "percentunit",
+                    q.runbook(TTFT_FAST)), 12),
         (Row(title="Which model and route"), 24),
         (timeseries("Connect p99 by model and route (top 10)",
                     "DNS, TCP and TLS: a step here with flat model time is a route or region "

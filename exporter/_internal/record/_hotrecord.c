@@ -21,13 +21,13 @@
 
 static PyObject *derived_type;   /* timeline.Derived */
 static PyObject *python_derive;  /* timeline.derive_in_python */
-static PyObject *phase_names;    /* names.PHASES: queue ... prefill, reasoning, decode */
+static PyObject *phase_names;    /* names.PHASES: retry, queue ... prefill, reasoning, decode */
 
 static PyObject *str_start, *str_dispatched, *str_connected, *str_sent, *str_headers,
     *str_first_token, *str_first_answer_token, *str_end, *str_token_times,
     *str_reasoning_events, *str_input_tokens, *str_output_tokens, *str_cached_input_tokens,
-    *str_max_tokens, *str_server_queue, *str_server_prefill, *str_pending, *str_pending_slice,
-    *str_fold;
+    *str_max_tokens, *str_server_queue, *str_server_prefill, *str_attempt_start, *str_pending,
+    *str_pending_slice, *str_fold;
 
 /* Python's floor division by a positive divisor. */
 static inline long long
@@ -76,10 +76,13 @@ set_phase(PyObject *phases, Py_ssize_t which, PyObject *value)
 }
 
 /* The timeline's fields this file reads, in this order; the first six are the stamps the
- * consecutive phases lie between. */
+ * consecutive phases lie between (from ATTEMPT_START instead of START where it is set). */
 enum { START, DISPATCHED, CONNECTED, SENT, HEADERS, FIRST_TOKEN, FIRST_ANSWER, END,
-       REASONING_EVENTS, OUTPUT_TOKENS, MAX_TOKENS, SERVER_QUEUE, SERVER_PREFILL, INPUT_TOKENS,
-       CACHED_INPUT_TOKENS, TOKEN_TIMES, N_FIELDS };
+       REASONING_EVENTS, OUTPUT_TOKENS, MAX_TOKENS, SERVER_QUEUE, SERVER_PREFILL, ATTEMPT_START,
+       INPUT_TOKENS, CACHED_INPUT_TOKENS, TOKEN_TIMES, N_FIELDS };
+
+/* Where names.PHASES has each phase: retry, then the stamped ones (queue .. prefill). */
+enum { PHASE_RETRY, PHASE_QUEUE, PHASE_REASONING = PHASE_QUEUE + 5, PHASE_DECODE, N_PHASES };
 
 /* Derived's length; phases and gaps are its items 10 and 11. */
 #define N_DERIVED 15
@@ -90,11 +93,11 @@ derive(PyObject *module, PyObject *t)
     PyObject **field_names[N_FIELDS] = {
         &str_start, &str_dispatched, &str_connected, &str_sent, &str_headers, &str_first_token,
         &str_first_answer_token, &str_end, &str_reasoning_events, &str_output_tokens,
-        &str_max_tokens, &str_server_queue, &str_server_prefill, &str_input_tokens,
-        &str_cached_input_tokens, &str_token_times};
+        &str_max_tokens, &str_server_queue, &str_server_prefill, &str_attempt_start,
+        &str_input_tokens, &str_cached_input_tokens, &str_token_times};
     PyObject *field[N_FIELDS] = {NULL}, *items[N_DERIVED] = {NULL}, *times, *d, *value;
-    long long v[INPUT_TOKENS] = {0}, last = 0, output, head, ttft, queue, prefill, outside;
-    int absent[INPUT_TOKENS], i;
+    long long v[INPUT_TOKENS] = {0}, last = 0, output, head, ttft, queue, prefill, outside, a;
+    int absent[INPUT_TOKENS], a_absent, i;
     Py_ssize_t events, k;
 
     if (derived_type == NULL) {
@@ -134,19 +137,31 @@ derive(PyObject *module, PyObject *t)
         if (stall == Py_None || gap > longest)
             stall = value, longest = gap;
     }
-    /* the phases between consecutive stamps, then reasoning and decode (timeline.phases) */
+    /* retry (a retried call's start to its final attempt's), the phases between consecutive
+     * stamps from the attempt's start, then reasoning and decode (timeline.phases) */
     if ((items[10] = PyDict_New()) == NULL)
         goto error;
-    for (i = START; i < FIRST_TOKEN; i++)
-        if (!absent[i] && !absent[i + 1] && v[i + 1] >= v[i] &&
-            set_phase(items[10], i, PyLong_FromLongLong(floordiv(v[i + 1] - v[i], NS_PER_US))))
+    a_absent = absent[START], a = v[START];
+    if (!absent[ATTEMPT_START]) {
+        if (!absent[START] && v[ATTEMPT_START] >= v[START] &&
+            set_phase(items[10], PHASE_RETRY,
+                      PyLong_FromLongLong(floordiv(v[ATTEMPT_START] - v[START], NS_PER_US))))
             goto error;
+        a_absent = 0, a = v[ATTEMPT_START];
+    }
+    for (i = START; i < FIRST_TOKEN; i++) {
+        if (!a_absent && !absent[i + 1] && v[i + 1] >= a &&
+            set_phase(items[10], PHASE_QUEUE + i,
+                      PyLong_FromLongLong(floordiv(v[i + 1] - a, NS_PER_US))))
+            goto error;
+        a_absent = absent[i + 1], a = v[i + 1];
+    }
     if (!absent[FIRST_ANSWER]) {
         if (v[REASONING_EVENTS] && !absent[FIRST_TOKEN] && v[FIRST_ANSWER] >= v[FIRST_TOKEN] &&
-            set_phase(items[10], 5, span_us(0, v[FIRST_TOKEN], 0, v[FIRST_ANSWER])))
+            set_phase(items[10], PHASE_REASONING, span_us(0, v[FIRST_TOKEN], 0, v[FIRST_ANSWER])))
             goto error;
         if (events && last >= v[FIRST_ANSWER] &&
-            set_phase(items[10], 6,
+            set_phase(items[10], PHASE_DECODE,
                       PyLong_FromLongLong(floordiv(last - v[FIRST_ANSWER], NS_PER_US))))
             goto error;
     }
@@ -414,10 +429,10 @@ bind(PyObject *module, PyObject *args)
         return NULL;
     n_fields = PyObject_Length(fields);
     Py_DECREF(fields);
-    if (!PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) || PyTuple_GET_SIZE(phases) != 7 ||
-        n_fields != N_DERIVED) {
+    if (!PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) ||
+        PyTuple_GET_SIZE(phases) != N_PHASES || n_fields != N_DERIVED) {
         PyErr_SetString(PyExc_ValueError, "bind(Derived, derive_in_python, PHASES): a tuple "
-                                          "type of the fields derive builds, seven phases");
+                                          "type of the fields derive builds, eight phases");
         return NULL;
     }
     Py_XSETREF(derived_type, Py_NewRef(cls));
@@ -466,6 +481,7 @@ PyInit__hotrecord(void)
     INTERN(str_max_tokens, "max_tokens");
     INTERN(str_server_queue, "server_queue");
     INTERN(str_server_prefill, "server_prefill");
+    INTERN(str_attempt_start, "attempt_start");
     INTERN(str_pending, "pending");
     INTERN(str_pending_slice, "pending_slice");
     INTERN(str_fold, "fold");

@@ -204,6 +204,8 @@ class Recorder(Store):
                 reasons[row] += 1
             else:
                 self.add_row(names.FINISH_REASONS_TOTAL, row)
+        if t.retries:
+            self._retries(t.retries, model, provider, route)
         if d.input_tokens is not None or d.cached_input_tokens is not None:
             self._usage(key, d)
         if t.upstream_address or t.upstream_region or t.fingerprint:
@@ -261,6 +263,15 @@ class Recorder(Store):
             if series is not None:
                 series.pending.extend(d.gaps)
                 series.fold(self.keep)
+
+    def _retries(self, retries: dict[str, int], model: str, provider: str, route: str) -> None:
+        """Count a call's retried attempts by what ended them (the labels of its requests
+        row, tenant aside)."""
+        for reason, n in retries.items():
+            if reason not in names.RETRY_REASONS:
+                reason = names.RETRY_OTHER
+            if n.__class__ is int and n > 0:
+                self.add_row(names.RETRIES, (model, provider, reason, route), n)
 
     def _usage(self, request_key: tuple[str, ...], d: Derived) -> None:
         """Add a call's usage to its tenant's counters (the requests row's labels, so the rows

@@ -59,6 +59,11 @@ class CallTimeline:
     #: waited in its queue, and from scheduling (or prompt processing) to the first token.
     server_queue: int | None = None
     server_prefill: int | None = None
+    #: Stamp of the final attempt's start, for a call the client retried (its earlier attempts
+    #: failed): the retry phase ends and the queue phase starts there. None: one attempt.
+    attempt_start: int | None = None
+    #: The attempts that failed and were retried, by what ended them (names.RETRY_REASONS).
+    retries: dict[str, int] | None = None
 
     def token(self, now: int, kind: str = names.CONTENT) -> None:
         """Note one token event at `now`: a stamp and a counter, nothing more."""
@@ -94,7 +99,8 @@ def new_timeline(start: int, model: str, provider: str, route: str, tenant: str
         t.first_answer_token = t.end = t.input_tokens = t.output_tokens = \
         t.cached_input_tokens = t.reasoning_output_tokens = t.outcome = t.trace_id = \
         t.upstream_address = t.upstream_region = t.fingerprint = t.max_tokens = \
-        t.finish_reason = t.round_trip = t.server_queue = t.server_prefill = None
+        t.finish_reason = t.round_trip = t.server_queue = t.server_prefill = \
+        t.attempt_start = t.retries = None
     t.token_times = []
     t.reasoning_events = 0
     return t
@@ -134,9 +140,9 @@ def _span(a: int | None, b: int | None) -> int | None:
     return (b - a) // NS_PER_US
 
 
-#: The phases between two consecutive stamps of the call, in order (start, dispatched, connected,
-#: sent, headers, first token); `phases` reads them in one loop.
-_STAMPED_PHASES = names.PHASES[:5]
+#: The phases between two consecutive stamps of the call, in order (the attempt's start,
+#: dispatched, connected, sent, headers, first token); `phases` reads them in one loop.
+_STAMPED_PHASES = names.PHASES[1:6]
 
 
 def gaps_us(token_times: list[int]) -> list[int]:
@@ -147,11 +153,18 @@ def gaps_us(token_times: list[int]) -> list[int]:
 def phases(t: CallTimeline) -> dict[str, int]:
     """The phases (docs/metrics.md) that both stamps of the call make known.
 
-    `reasoning` is recorded only for calls that emitted reasoning tokens, and `decode` only once
-    an answer token arrived: a call without reasoning has no reasoning phase, not a zero one.
+    `retry` is recorded only for calls that retried (`queue` is then the final attempt's),
+    `reasoning` only for calls that emitted reasoning tokens, and `decode` only once an answer
+    token arrived: a call without reasoning has no reasoning phase, not a zero one.
     """
     out: dict[str, int] = {}
-    a = t.start
+    a = t.attempt_start
+    if a is None:
+        a = t.start
+    else:
+        start = t.start
+        if start is not None and a >= start:
+            out["retry"] = (a - start) // NS_PER_US
     for name, b in zip(_STAMPED_PHASES, (t.dispatched, t.connected, t.sent, t.headers,
                                          t.first_token)):
         if a is not None and b is not None and b >= a:

@@ -12,6 +12,10 @@
 * `process_response_hook` wraps the SDK's `_process_response()`, which every successful
   request's httpx response goes through before the SDK parses or wraps it: the call notes the
   upstream the response came from (`SdkCall.reached`), for parsed results too.
+* `sleep_for_retry_hook` wraps the SDK's `_sleep_for_retry()`, its backoff between a failed
+  attempt and the next: once it has slept, the current call notes the retry (`Call.retried`:
+  what ended the attempt, and the next attempt's start), so the failed attempts and the backoff
+  are the call's `retry` phase, not its `queue`. Never called on a call's first attempt.
 * `read_hook` wraps `APIResponse.read()` (what `parse()`, `json()` and `text()` read through):
   a non-stream `with_streaming_response` call ends when its caller reads the body.
 * `stream_hook` wraps `Stream.__stream__` / `AsyncStream.__stream__`: the generator the SDK's
@@ -24,6 +28,7 @@ their events (`SDK`, `Endpoint`). Nothing here raises into the caller.
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from contextvars import ContextVar
 from time import perf_counter_ns
@@ -189,6 +194,10 @@ def client_hooks(base_client: Any, streaming: Any, response: Any, sdk: SDK
         (base_client.BaseClient, "_build_request", build_request_hook),
         (base_client.SyncAPIClient, "_process_response", process_response_hook),
         (base_client.AsyncAPIClient, "_process_response", process_response_hook),
+        (base_client.SyncAPIClient, "_sleep_for_retry",
+         lambda f: sleep_for_retry_hook(f, is_async=False)),
+        (base_client.AsyncAPIClient, "_sleep_for_retry",
+         lambda f: sleep_for_retry_hook(f, is_async=True)),
         (streaming.Stream, "__stream__", lambda f: stream_hook(f, is_async=False)),
         (streaming.AsyncStream, "__stream__", lambda f: stream_hook(f, is_async=True)),
         (response.APIResponse, "read", lambda f: read_hook(f, is_async=False)),
@@ -207,6 +216,52 @@ def process_response_hook(original: Callable) -> Callable:
             call.reached(kwargs.get("response"))
         return original(self, *args, **kwargs)
     return _process_response
+
+
+def _retry_cause(response: Any) -> Any:
+    """What ended the attempt the SDK is about to retry: the status of its error response (the
+    SDK passes it to `_sleep_for_retry`), else the exception the SDK is handling (a timeout, a
+    connection error: the SDK sleeps inside its `except`), else None."""
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else sys.exc_info()[1]
+
+
+def _retried(call: SdkCall, cause: Any) -> None:
+    try:
+        call.retried(cause)
+    except Exception:
+        call.count_drop()
+
+
+def sleep_for_retry_hook(original: Callable, is_async: bool) -> Callable:
+    """Wrap `SyncAPIClient._sleep_for_retry` / `AsyncAPIClient._sleep_for_retry`: after the
+    backoff, the current call's next attempt starts (`Call.retried`). A sleep that raises
+    (the task cancelled during its backoff) starts no attempt."""
+    if is_async:
+        async def retried_after(sleeping: Any, call: SdkCall, cause: Any) -> Any:
+            result = await sleeping
+            _retried(call, cause)
+            return result
+
+        @functools.wraps(original)
+        def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:
+            call = _CURRENT.get()
+            if call is None:
+                return original(self, *args, **kwargs)
+            cause = _retry_cause(kwargs.get("response"))  # (here: inside the SDK's `except`)
+            return retried_after(original(self, *args, **kwargs), call, cause)
+        return _sleep_for_retry
+
+    @functools.wraps(original)
+    def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = _CURRENT.get()
+        if call is None:
+            return original(self, *args, **kwargs)
+        cause = _retry_cause(kwargs.get("response"))
+        result = original(self, *args, **kwargs)
+        _retried(call, cause)
+        return result
+    return _sleep_for_retry
 
 
 def _pending(api_response: Any) -> SdkCall | None:

@@ -94,6 +94,23 @@ class Call:
         """The response headers are read."""
         self.timeline.headers = perf_counter_ns()
 
+    def retried(self, cause: BaseException | int | None = None) -> None:
+        """The attempt in flight failed and the client starts another one now (after its
+        backoff): `cause` is the HTTP status the failed attempt answered, or the exception that
+        ended it. The time so far is the call's `retry` phase; the new attempt's stamps
+        (`dispatched()` ...) start afresh, and its `queue` phase from now."""
+        t = self.timeline
+        t.attempt_start = perf_counter_ns()
+        t.dispatched = t.connected = t.sent = t.headers = t.round_trip = None
+        t.upstream_address = t.upstream_region = None  # the next attempt's connection says
+        reason = retry_reason(cause)
+        retries = t.retries
+        if retries is None:
+            t.retries = retries = {}
+        retries[reason] = retries.get(reason, 0) + 1
+        if self._attributes:
+            self.span_attributes[names.ATTR_RESEND_COUNT] = sum(retries.values())
+
     def token(self, kind: str = names.CONTENT) -> None:
         """One token event: output text (`content`), `reasoning` text, or `tool` arguments.
 
@@ -202,6 +219,32 @@ class Call:
     def count_drop(self) -> None:
         """One internal failure while measuring this call: counted, never raised."""
         self._state.recorder.count_drop(names.DROP_INTERNAL)
+
+
+#: The HTTP statuses a retry reason names apart (any other 5xx is a `server_error`).
+_RETRY_STATUSES = {429: names.RETRY_RATE_LIMITED, 503: names.RETRY_OVERLOADED,
+                   529: names.RETRY_OVERLOADED, 408: names.RETRY_TIMEOUT}
+
+
+def retry_reason(cause: BaseException | int | None) -> str:
+    """What ended a retried attempt, as one of `names.RETRY_REASONS`: the HTTP status it
+    answered (given, or carried by the SDK's status error), else the exception's class
+    (a timeout, a connection that failed or broke), else `other`."""
+    status = cause
+    if isinstance(cause, BaseException):  # the SDKs' `status_code`, aiohttp's `status`
+        status = getattr(cause, "status_code", None) or getattr(cause, "status", None)
+        if not isinstance(status, int):
+            kind = outcome_of(cause)
+            if kind == names.TIMEOUT:
+                return names.RETRY_TIMEOUT
+            return names.RETRY_CONNECTION if kind == names.CONNECTION_ERROR else \
+                names.RETRY_OTHER
+    if not isinstance(status, int) or isinstance(status, bool):
+        return names.RETRY_OTHER
+    reason = _RETRY_STATUSES.get(status)
+    if reason is not None:
+        return reason
+    return names.RETRY_SERVER_ERROR if 500 <= status <= 599 else names.RETRY_OTHER
 
 
 class track:
