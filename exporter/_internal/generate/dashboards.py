@@ -204,9 +204,14 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
                      f"/ ({sum_by(MODEL_ROUTE, q.hrate(tok, 'count', q.vars(tok)))} > 0)")
     tokens_note = "" if config.family_has_tenant(tok) else ALL_TENANTS
     retried_calls = sum_by(MODEL_ROUTE, q.hrate(fam, "count", phase_sel("retry")))
-    retried_share = (f"{retried_calls}\n"
-                     f"/ ({sum_by(MODEL_ROUTE, rate(names.REQUESTS_TOTAL, q.mr()))} > 0)")
-    retries = sum_by([names.REASON], rate(names.RETRIES.name, q.mr()))
+    calls = sum_by(MODEL_ROUTE, rate(names.REQUESTS_TOTAL, q.mr()))
+    # 0 (not no data) for a model and route whose calls never retried
+    share = block(f"{retried_calls}\n/ ({calls} > 0)")
+    retried_share = f"{share}\nor on ({by(MODEL_ROUTE)})\n0 * {calls}"
+    # no retry in the range: one line at 0 named "none" (a panel with no data reads as broken)
+    no_retry = (f'label_replace(0 * sum({rate(names.REQUESTS_TOTAL, q.mr())}), '
+                f'"{names.REASON}", "none", "", "")')
+    retries = f"{sum_by([names.REASON], rate(names.RETRIES.name, q.mr()))}\nor on () {no_retry}"
     panels = [
         (Row(title="Phases of a call (selection; all tenants)"), 24),
         (timeseries("Mean time per phase",
@@ -229,7 +234,7 @@ def phases(config: Config, q: Queries) -> list[core.Panel]:
                     "Attempts the SDK retried per second, by what ended them: rate_limited "
                     "(429), overloaded (503, 529), server_error (other 5xx), timeout, "
                     "connection, other. Overload shows here and in the retry phase, not in "
-                    "queue. All tenants.",
+                    "queue; none: no retry in the range. All tenants.",
                     [target(retries, "{{reason}}")], "reqps", q.runbook(ERRORS)), 12),
         (timeseries("Share of calls that retried (top 10)",
                     "Calls whose SDK retried at least once, of all calls, by model and route. "
