@@ -237,14 +237,20 @@ def test_a_12_step_task_on_metrics_and_on_the_agent_dashboard(server, instrument
     far_relay = RelayThread(port_of(server), ONE_WAY, log=True)
     try:
         target = exporter_server.url.split("//", 1)[1].split("/", 1)[0]
-        scrape = scrape_config(target, job=cfg.alerting.exporter_job)
         with contextlib.ExitStack() as stack:
             stack.enter_context(near_relay)
             stack.enter_context(far_relay)
+            # both scrape from 127.0.0.1: each names itself, so each sees every new series at
+            # zero first (the first run's end is an increase on both)
             proms = {mode: stack.enter_context(PrometheusServer(
-                scrape, extra_flags=flags, rule_files=[tmp_path / mode / "alerts" / name for
+                scrape_config(target, job=cfg.alerting.exporter_job, scraper=mode),
+                extra_flags=flags, rule_files=[tmp_path / mode / "alerts" / name for
                                                        name in (RECORDING_FILE, ALERTING_FILE)]))
                 for mode, flags in MODES.items()}
+            # each has scraped once before the first run (Prometheus's first scrape can come
+            # seconds after its start): the first run's end is an increase on both
+            for prom in proms.values():
+                prom.wait_for(f'up{{job="{cfg.alerting.exporter_job}"}} == 1', timeout=30)
             transport = relay_transport(near_relay, recorded)
             # A first run: the series exist before the measured one (a rate needs two samples)
             # with values like its own, so Prometheus extrapolates every series alike and a
@@ -417,8 +423,8 @@ def sane(prom: PrometheusServer, panel: dict, window: str, start: float, end: fl
     per_step: dict[float, int] = {}
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
     for target in panel["targets"]:
-        for series in prom.query_range(grafana_expr(target["expr"], rate_interval=window),
-                                       start, end, 1.0):
+        for series in prom.query_range(grafana_expr(target["expr"], rate_interval=window,
+                                                    interval="1s"), start, end, 1.0):
             for at, raw in series["values"]:
                 v = float(raw)
                 assert not math.isnan(v), (mode, panel["title"], at)

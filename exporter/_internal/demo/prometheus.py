@@ -44,16 +44,21 @@ WATCH_JOB = "ttft-exporter-watch"
 
 
 def scrape_config(*targets: str, job: str = "ttft-exporter", interval: float = 1.0,
-                  evaluation: float | None = None, watch: str | None = None) -> str:
+                  evaluation: float | None = None, watch: str | None = None,
+                  scraper: str | None = None) -> str:
     """A Prometheus config scraping `targets` (host:port) every `interval` seconds, and the
     `watch` target (host:port of `ttft-exporter watch`) as job WATCH_JOB, rules evaluated every
-    `evaluation` seconds (the scrape interval when None)."""
+    `evaluation` seconds (the scrape interval when None). `scraper` names this Prometheus to
+    the exporter (the `scraper` parameter): servers scraping from one address each see every
+    new series at zero first (expose/debut.py)."""
     jobs = [(job, targets), *([(WATCH_JOB, (watch,))] if watch else [])]
     out = (f"global:\n  scrape_interval: {interval:g}s\n"
            f"  evaluation_interval: {evaluation or interval:g}s\nscrape_configs:\n")
+    params = f"    params:\n      scraper: [{scraper}]\n" if scraper else ""
     for name, listed in jobs:
         quoted = ", ".join(f'"{t}"' for t in listed)
-        out += f"  - job_name: {name}\n    static_configs:\n      - targets: [{quoted}]\n"
+        out += (f"  - job_name: {name}\n{params}"
+                f"    static_configs:\n      - targets: [{quoted}]\n")
     return out
 
 
