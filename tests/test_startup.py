@@ -353,9 +353,9 @@ def test_a_renderer_built_at_the_first_scrape_serves_what_one_built_with_its_rec
     first scrape. Every body, in every format, for two scrapers and a person, across deliveries,
     is the same: what was recorded before the first scrape debuts and carries its created time.
     """
-    # the process's closed-connection counts, frozen: a server another test left running may
-    # close a connection between the twins' renders
-    monkeypatch.setattr(families, "CLOSED", dict(families.CLOSED))
+    # a fresh process's closed-connection counts (none), as `at_birth` assumes: the suite's
+    # other servers have closed connections in this one, and may close more mid-test
+    monkeypatch.setattr(families, "CLOSED", dict.fromkeys(closed_connections.REASONS, 0))
     config = Config(labels=LabelConfig(expire_seconds=60.0))
     clocks = ManualClock(), ManualClock()
     recorders = [Recorder(config, clock) for clock in clocks]
