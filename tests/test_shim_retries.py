@@ -114,7 +114,9 @@ def test_the_sdks_retries_are_the_retry_phase_not_the_queue(server, recorded, sd
     final_attempt = sum(d.phases[p] for p in ("queue", "connect", "send"))
     assert d.ttft >= d.phases["retry"] + final_attempt + FINAL_WAIT * 1e6
     if stream:  # the final attempt's server wait is its server phase; the phases add up
-        assert d.phases["server"] >= FINAL_WAIT * 1e6 and d.phases["prefill"] >= 50_000
+        # (headers to first token alone can read short: a loaded client stamps the headers late)
+        assert d.phases["server"] >= FINAL_WAIT * 1e6
+        assert d.phases["server"] + d.phases["prefill"] >= (FINAL_WAIT + 0.05) * 1e6, d.phases
         before_token = ("retry", "queue", "connect", "send", "server", "prefill")
         assert abs(d.ttft - sum(d.phases[p] for p in before_token)) <= 10, d.phases
     # the call counted once, with its final outcome; its retried attempts by reason
