@@ -25,7 +25,7 @@ The shortcuts (SHORTCUTS: adding one is one line, the switch that turns it off):
 * the C trace extension of sync calls (`httpx_trace.Tracer`, _hottrace.c) rather than
   `SdkCall.__call__`;
 * the SDK's label cache (`hooks.SDK.labels_of`) and the provider names known by client class
-  and host (`providers.client_provider`'s cache) rather than naming the provider each call;
+  and host (`providers.ClientProvider`'s cache) rather than naming the provider each call;
 * the C `derive` (_hotrecord.c) rather than `timeline.derive_in_python`;
 * the C per-value appends of `Recorder.record_call` (_hotrecord.c) rather than its Python
   loop.

@@ -28,6 +28,7 @@ their events (`SDK`, `Endpoint`). Nothing here raises into the caller.
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 import weakref
 from contextvars import ContextVar
@@ -184,10 +185,17 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
     return request
 
 
-def client_hooks(base_client: Any, streaming: Any, response: Any, sdk: SDK
-                 ) -> list[tuple[type, str, Any]]:
-    """The hooks every SDK built on Stainless' base client needs (openai, anthropic): its
-    `_base_client`, `_streaming` and `_response` modules."""
+def client_hooks(sdk: SDK) -> Callable[[Any], list[tuple[type, str, Any]]]:
+    """The hooks of the base client every SDK built on Stainless' needs (openai, anthropic),
+    given its `_base_client` module once imported: classes of it and of the SDK's `_streaming`
+    and `_response` modules (imported then, with it)."""
+    return lambda base_client: _client_hooks(
+        base_client, importlib.import_module(f"{sdk.name}._streaming"),
+        importlib.import_module(f"{sdk.name}._response"), sdk)
+
+
+def _client_hooks(base_client: Any, streaming: Any, response: Any, sdk: SDK
+                  ) -> list[tuple[type, str, Any]]:
     return [
         (base_client.SyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=False)),
         (base_client.AsyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=True)),
