@@ -51,7 +51,6 @@ from ..expose.self_metrics import (PUSH_BATCHES, PUSH_FAILURES, PUSH_LOST, PUSH_
                                    PUSH_WORKERS, SNAPSHOT_FAILURES, family)
 from ..record.recorder import Recorder
 from . import validate, wire
-from .absorb import absorb
 from .access import Access
 from .gauges import WorkerGauges
 from .journal import GroupSync, StateFiles, unusable
@@ -214,7 +213,7 @@ class Aggregator:
         if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
             return False
-        absorb(self.recorder, delta, window=window)
+        self.recorder.merge(delta.histograms, delta.exemplars, delta.rows, window=window)
         seqs = self.applied.pop(worker, None) or Applied()
         if not delta.retry:  # its worker settled every earlier batch before sending it
             seqs.settle_below(delta.seq)
