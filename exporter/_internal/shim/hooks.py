@@ -245,31 +245,24 @@ def sleep_for_retry_hook(original: Callable, is_async: bool) -> Callable:
     """Wrap `SyncAPIClient._sleep_for_retry` / `AsyncAPIClient._sleep_for_retry`: after the
     backoff, the current call's next attempt starts (`Call.retried`). A sleep that raises
     (the task cancelled during its backoff) starts no attempt."""
-    if is_async:
-        async def retried_after(sleeping: Any, call: SdkCall, cause: Any) -> Any:
-            result = await sleeping
-            _retried(call, cause)
-            return result
-
-        @functools.wraps(original)
-        def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:
-            call = _CURRENT.get()
-            if call is None:
-                return original(self, *args, **kwargs)
-            cause = _retry_cause(kwargs.get("response"))  # (here: inside the SDK's `except`)
-            return retried_after(original(self, *args, **kwargs), call, cause)
-        return _sleep_for_retry
-
     @functools.wraps(original)
     def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = _CURRENT.get()
         if call is None:
             return original(self, *args, **kwargs)
-        cause = _retry_cause(kwargs.get("response"))
-        result = original(self, *args, **kwargs)
+        cause = _retry_cause(kwargs.get("response"))  # (here: inside the SDK's `except`)
+        sleeping = original(self, *args, **kwargs)  # (async: the coroutine, not yet slept)
+        if is_async:
+            return _retried_after(sleeping, call, cause)
         _retried(call, cause)
-        return result
+        return sleeping
     return _sleep_for_retry
+
+
+async def _retried_after(sleeping: Any, call: SdkCall, cause: Any) -> Any:
+    result = await sleeping
+    _retried(call, cause)
+    return result
 
 
 def _pending(api_response: Any) -> SdkCall | None:
