@@ -99,7 +99,7 @@ SHORTCUTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "pydantic __dict__": lambda mp: mp.setattr(sdk_call, "_BaseModel", None),
     "C trace extension": lambda mp: mp.setattr(sdk_call, "_Tracer", None),
     "label cache": lambda mp: mp.setattr(hooks, "_MAX_LABELS", 0),
-    "provider names": lambda mp: [mp.setattr(sdk, "_providers", _Forgetful())
+    "provider names": lambda mp: [mp.setattr(sdk.provider, "_cache", _Forgetful())
                                   for sdk in (shim_openai, shim_anthropic)],
     "C derive": lambda mp: mp.setattr(manual, "derive", timeline.derive_in_python),
     "C appends": lambda mp: mp.setattr(recorder, "append_in_c", None),
