@@ -18,8 +18,8 @@ import yaml
 from exporter._internal import names, promql
 from exporter._internal.config import loader as config_loader, settings as config
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.diagnose import watch
 from exporter._internal.diagnose.causes import CAUSES
+from exporter._internal.expose import self_metrics
 from exporter._internal.generate import alerts, loss_alerts
 from exporter._internal.generate.files import (ALERTING_FILE, CAUSE_FILE, NATIVE_DIR,
                                                RECORDING_FILE, RULE_FILES, generate,
@@ -41,8 +41,7 @@ def served_metric_names() -> set[str]:
            names.SELF_TENANT_FOLDS, names.SELF_DROPS, names.SELF_SCRAPE_DURATION,
            names.USAGE_INPUT_TOKENS, names.USAGE_CACHED_INPUT_TOKENS, names.UPSTREAM_REQUESTS}
     out |= {counter.name for counter in names.COUNTERS}
-    out |= set(names.AGGREGATOR_SELF_METRICS)  # served by `ttft-exporter serve`
-    out |= {name for name, *_ in watch.FAMILIES}  # served by `ttft-exporter watch`
+    out |= {m.name for m in self_metrics.TABLE}  # the aggregator's and the watch's too
     for family in names.HISTOGRAMS:  # classic series, and the native histogram itself
         out |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count", "")}
         if family.windowed:  # a summary of window quantiles

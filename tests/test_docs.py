@@ -22,6 +22,7 @@ from exporter import cli
 from exporter._internal import names
 from exporter._internal.config.schema import keys
 from exporter._internal.diagnose.causes import DEFAULT, Thresholds
+from exporter._internal.expose import self_metrics
 from exporter._internal.generate.files import VALUES_SCHEMA, values_schema
 from exporter._internal.generate.reference import metrics_reference, reference_files
 
@@ -33,11 +34,9 @@ def defined_names() -> set[str]:
     out = {f.name for f in names.HISTOGRAMS}
     out |= {f.window_name for f in names.HISTOGRAMS if f.name in {
         names.TTFT.name, names.FIRST_ANSWER.name, names.STALL.name, names.DURATION.name}}
-    out |= {names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT, names.SELF_SERIES,
-            names.SELF_TENANT_FOLDS, names.SELF_LABEL_FOLDS, names.SELF_DROPS,
-            names.SELF_SCRAPE_DURATION, names.SELF_HTTP_CLOSED}
+    out |= {names.REQUESTS_TOTAL, names.REQUESTS_IN_FLIGHT}
     out |= {names.USAGE_INPUT_TOKENS, names.USAGE_CACHED_INPUT_TOKENS, names.UPSTREAM_REQUESTS}
-    out |= set(names.AGGREGATOR_SELF_METRICS)
+    out |= {m.name for m in self_metrics.TABLE if self_metrics.WATCH not in m.served_by}
     out |= {counter.name for counter in names.COUNTERS}
     out |= {names.slo_calls_name(f) for f in names.SLO_FAMILIES.values()}
     return out

@@ -18,10 +18,8 @@ from exporter._internal.config.settings import Config
 from exporter._internal.expose.sample import sample
 from exporter._internal.expose.text import Renderer
 from exporter._internal.fleet import validate, wire
-from exporter._internal.fleet.absorb import absorb
 from exporter._internal.fleet.codec import Sparse
 from exporter._internal.fleet.take import take
-from exporter._internal.fleet.wire import Delta
 from exporter._internal.record.native_counts import NativeCounts
 from exporter._internal.record.recorder import Recorder
 from exporter._internal.record.store import PENDING_MAX, Store
@@ -128,7 +126,7 @@ def test_the_aggregators_merges_keep_them_exact() -> None:
             delta.worker, delta.seq = "w", round_
             delta = validate.decode(wire.encode(delta, worker.schema.layouts()),
                                     aggregator.schema)
-        absorb(aggregator, delta)
+        aggregator.merge(delta.histograms, delta.exemplars, delta.rows)
         kept_used += check(aggregator, renderer)
     assert kept_used > 100
 
@@ -163,8 +161,8 @@ def test_counts_past_32_bits_widen_as_the_hdr_counts_do() -> None:
     values = ("m", "p", "r", "t")
     for i, n in ((layout.index(500_000), 3_000_000_000), (layout.index(90_000), 2_000_000_000),
                  (layout.index(500_000), 3_000_000_000), (layout.index(7_000_000), 5)):
-        absorb(store, Delta(histograms={(state.family.name, values): Sparse(
-            layout, [i], [n], n, n * layout.lowest_equivalent(i))}))
+        store.merge({(state.family.name, values): Sparse(
+            layout, [i], [n], n, n * layout.lowest_equivalent(i))}, {}, {})
         assert check(store, renderer) == 1  # kept (seeded at the first), then followed
     native = state.series[values].native
     assert native is not None and native.counts is not None

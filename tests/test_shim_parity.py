@@ -25,7 +25,7 @@ The shortcuts (SHORTCUTS: adding one is one line, the switch that turns it off):
 * the C trace extension of sync calls (`httpx_trace.Tracer`, _hottrace.c) rather than
   `SdkCall.__call__`;
 * the SDK's label cache (`hooks.SDK.labels_of`) and the provider names known by client class
-  and host (`providers.client_provider`'s cache) rather than naming the provider each call;
+  and host (`providers.ClientProvider`'s cache) rather than naming the provider each call;
 * the C `derive` (_hotrecord.c) rather than `timeline.derive_in_python`;
 * the C per-value appends of `Recorder.record_call` (_hotrecord.c) rather than its Python
   loop.
@@ -99,7 +99,7 @@ SHORTCUTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "pydantic __dict__": lambda mp: mp.setattr(sdk_call, "_BaseModel", None),
     "C trace extension": lambda mp: mp.setattr(sdk_call, "_Tracer", None),
     "label cache": lambda mp: mp.setattr(hooks, "_MAX_LABELS", 0),
-    "provider names": lambda mp: [mp.setattr(sdk, "_providers", _Forgetful())
+    "provider names": lambda mp: [mp.setattr(sdk.provider, "_cache", _Forgetful())
                                   for sdk in (shim_openai, shim_anthropic)],
     "C derive": lambda mp: mp.setattr(manual, "derive", timeline.derive_in_python),
     "C appends": lambda mp: mp.setattr(recorder, "append_in_c", None),

@@ -408,9 +408,6 @@ SELF_PUSH_WORKERS = "ttft_exporter_push_workers"
 SELF_PUSH_LOST = "ttft_exporter_push_lost_batches_total"
 SELF_PUSH_FAILURES = "ttft_exporter_push_failures_total"
 SELF_SNAPSHOT_FAILURES = "ttft_exporter_snapshot_failures_total"
-AGGREGATOR_SELF_METRICS: tuple[str, ...] = (
-    SELF_PUSH_REJECTED, SELF_PUSH_BATCHES, SELF_PUSH_WORKERS, SELF_PUSH_LOST, SELF_PUSH_FAILURES,
-    SELF_SNAPSHOT_FAILURES)
 RESULT = "result"
 # Reasons a push is rejected (label ``reason`` of SELF_PUSH_REJECTED), and results of the others.
 REJECT_UNAUTHORIZED = "unauthorized"

@@ -24,29 +24,18 @@ from typing import Callable
 
 from aiohttp import web
 
-from .. import names
 from ..config.settings import AlertingConfig
+from ..expose import self_metrics
 from ..expose.connection_guard import Limits
+from ..expose.families import render_family
 from ..expose.http_thread import HttpThread
-from ..expose.textformat import count, escape, number
+from ..expose.self_metrics import family
 from ..promql import scope_matchers
 from .causes import DEFAULT, Finding, Thresholds
 from .run import DiagnoseError, Prometheus, Request, diagnose
 
-#: Evaluation outcomes, the label of `names.WATCH_EVALUATIONS`.
+#: Evaluation outcomes, the label of `self_metrics.WATCH_EVALUATIONS`.
 OUTCOMES = ("ok", "error")
-
-#: (name, type, labels, help) of every family the watch serves (docs/reference/metrics.md).
-FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    (names.LIKELY_CAUSE, "gauge", (names.MODEL, names.ROUTE, "cause", names.TENANT),
-     "1 per degraded (model, route): the likely cause of its TTFT rise (one series per cold "
-     "tenant for cold_cache)."),
-    (names.WATCH_EVALUATIONS, "counter", ("outcome",),
-     "Decisions run, by outcome (error: Prometheus unreachable or a query failed; no findings "
-     "are served then)."),
-    (names.WATCH_SECONDS, "gauge", (), "Seconds the last decision took (its queries)."),
-    (names.WATCH_LAST_SUCCESS, "gauge", (), "Unix time of the last decision that ran."),
-)
 
 
 @dataclass(frozen=True)
@@ -118,20 +107,12 @@ class Watch:
             findings = list(self._findings)
             evaluations = dict(self._evaluations)
             seconds, last_success = self._seconds, self._last_success
-        samples: dict[str, list[str]] = {
-            names.LIKELY_CAUSE: [
-                f'{{model="{escape(f.model)}",route="{escape(f.route)}",cause="{f.cause}",'
-                f'tenant="{escape(tenant)}"}} 1.0' for f in findings for tenant in f.tenants or [""]],
-            names.WATCH_EVALUATIONS: [f'{{outcome="{o}"}} {count(n)}'
-                                      for o, n in evaluations.items()],
-            names.WATCH_SECONDS: [f" {number(seconds)}"],
-            names.WATCH_LAST_SUCCESS: [f" {number(last_success)}"],
-        }
-        lines = []
-        for name, kind, _, help_text in FAMILIES:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
-                      *(name + sample for sample in samples[name])]
-        return "\n".join(lines) + "\n"
+        return "".join(render_family(metric, openmetrics=False) for metric in (
+            family(self_metrics.LIKELY_CAUSE, {(f.model, f.route, f.cause, tenant): 1.0
+                                               for f in findings for tenant in f.tenants or [""]}),
+            family(self_metrics.WATCH_EVALUATIONS, {(o,): n for o, n in evaluations.items()}),
+            family(self_metrics.WATCH_SECONDS, seconds),
+            family(self_metrics.WATCH_LAST_SUCCESS, last_success)))
 
     def run(self, interval: float, stop: threading.Event) -> None:
         """Evaluate every `interval` seconds until `stop` is set (the first one at once)."""

@@ -10,32 +10,21 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from prometheus_client.core import (CounterMetricFamily, Exemplar as PromExemplar,
-                                    GaugeMetricFamily, HistogramMetricFamily, Metric)
+from prometheus_client.core import Exemplar as PromExemplar, HistogramMetricFamily, Metric
 
 from .. import names
 from ..record.exemplar import LABEL as EXEMPLAR_LABEL
 from ..record.histogram import part_count, quantiles_of
 from ..record.series import FamilyState, Series
 from ..record.store import Counts, Store, no_rows
-from . import textformat
+from . import self_metrics, textformat
 from .closed_connections import CLOSED, REASONS
 from .sample import sample
 
-_SELF_HELP = {
-    names.SELF_SERIES: "Histogram series held by this exporter.",
-    names.SELF_SCRAPE_DURATION: "Time the previous scrape of this exporter took to render.",
-    names.SELF_HTTP_CLOSED: "Connections the exporter's HTTP servers closed: too slow to send "
-                            "a request (slow), request headers over 32 KiB (large), idle or "
-                            "unread and shed to make room (shed), a response not read within "
-                            "the write timeout (unread), or new while every slot was busy "
-                            "(limit).",
-}
 
-
-def window_help(rec: Store, fam: names.Family) -> str:
+def window_help(window_seconds: float, fam: names.Family) -> str:
     return (f"Quantiles of {fam.name} over the last "
-            f"{textformat.number(rec.config.window.seconds)} s, exact to HDR precision; count "
+            f"{textformat.number(window_seconds)} s, exact to HDR precision; count "
             f"and sum are cumulative.")
 
 
@@ -65,24 +54,15 @@ def _counter_families(counts: Counts, closed_connections: dict[str, int],
                       scrape_seconds: float) -> list[Metric]:
     out: list[Metric] = []
     for counter in names.COUNTERS:
-        kind = GaugeMetricFamily if counter.gauge else CounterMetricFamily
-        family = kind(counter.name, counter.help, labels=list(counter.labels))
         rows = counts.rows[counter.name]
-        for value in counter.zero_rows:
-            family.add_metric([value], rows.get((value,), 0))
-        for row, n in rows.items():
-            if row[0] not in counter.zero_rows:
-                family.add_metric(list(row), n)
-        out.append(family)
-    closed = CounterMetricFamily(names.SELF_HTTP_CLOSED, _SELF_HELP[names.SELF_HTTP_CLOSED],
-                                 labels=[names.REASON])
-    for reason in REASONS:
-        closed.add_metric([reason], closed_connections[reason])
+        zeros = {(value,): rows.get((value,), 0) for value in counter.zero_rows}
+        out.append(self_metrics.family(self_metrics.SelfMetric.of_counter(counter),
+                                       {**zeros, **rows}))
     return out + [
-        GaugeMetricFamily(names.SELF_SERIES, _SELF_HELP[names.SELF_SERIES], value=counts.series),
-        GaugeMetricFamily(names.SELF_SCRAPE_DURATION, _SELF_HELP[names.SELF_SCRAPE_DURATION],
-                          value=scrape_seconds),
-        closed]
+        self_metrics.family(self_metrics.SERIES, counts.series),
+        self_metrics.family(self_metrics.SCRAPE_DURATION, scrape_seconds),
+        self_metrics.family(self_metrics.HTTP_CLOSED,
+                            {(reason,): closed_connections[reason] for reason in REASONS})]
 
 
 def render_family(family: Metric, openmetrics: bool) -> str:
@@ -118,7 +98,8 @@ def families(rec: Store, scrape_seconds: float = 0.0) -> Iterator[Metric]:
             hist_family.add_metric(list(series.values), buckets, now.total)
         yield hist_family
         if state.windowed:
-            window = Metric(fam.window_name, window_help(rec, fam), "summary")
+            window = Metric(fam.window_name, window_help(rec.config.window.seconds, fam),
+                            "summary")
             for series, now in samples:
                 labels = dict(zip(state.label_names, series.values))
                 values = window_quantiles(rec, state, series, current_slice)

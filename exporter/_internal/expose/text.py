@@ -202,8 +202,8 @@ class Renderer:
             else:
                 out.extend(c.text or "" for c in cache)
             if state.windowed:
-                out.append(textformat.header(fam.window_name, window_help(rec, fam), "summary",
-                                             openmetrics))
+                out.append(textformat.header(fam.window_name, window_help(
+                    rec.config.window.seconds, fam), "summary", openmetrics))
                 for series, cached in zip(series_list, cache):
                     if debut and series in debut:
                         out.append(self._window_text(state, series, cached, current_slice,
@@ -259,8 +259,8 @@ class Renderer:
                             cached.pairs, quantiles, values, cached.count, cached.total)
                         cached.protobuf_window_slice = current_slice
                     windows.append(cached.protobuf_window)
-                out.append(delimited(header(fam.window_name, window_help(rec, fam), "summary"),
-                                     windows))
+                out.append(delimited(header(fam.window_name, window_help(
+                    rec.config.window.seconds, fam), "summary"), windows))
         for name, fam in self.encoder.slo_families():
             out.append(delimited(header(name, slo_help(fam), "counter"), slo_parts[fam.name]))
         families = self._counter_families(watermark, created=True)

@@ -41,15 +41,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable
 
 from aiohttp import web
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from .. import names
 from ..compat import timeout
 from ..config.settings import Config, ConfigError
 from ..expose import connection_guard
+from ..expose.self_metrics import (PUSH_BATCHES, PUSH_FAILURES, PUSH_LOST, PUSH_REJECTED,
+                                   PUSH_WORKERS, SNAPSHOT_FAILURES, family)
 from ..record.recorder import Recorder
 from . import validate, wire
-from .absorb import absorb
 from .access import Access
 from .gauges import WorkerGauges
 from .journal import GroupSync, StateFiles, unusable
@@ -64,17 +65,6 @@ SNAPSHOT_WORKER = "snapshot"
 HELD_BODIES = 4
 #: Gauges of a worker that gave no interval expire after this long at least.
 MIN_GAUGE_TTL = 10.0
-
-_HELP = {
-    names.SELF_PUSH_REJECTED: "Pushes rejected by this aggregator, by reason.",
-    names.SELF_PUSH_BATCHES: "Pushes accepted: applied, or duplicate (a retry already applied).",
-    names.SELF_PUSH_WORKERS: "Worker processes whose gauges are live (pushed recently).",
-    names.SELF_PUSH_LOST: "Batches workers dropped unacknowledged (queue bound or rejected).",
-    names.SELF_PUSH_FAILURES: "Failed push attempts reported by the workers (later retried).",
-    names.SELF_SNAPSHOT_FAILURES: "State snapshots or journal writes that failed (or journal "
-                                   "records found bad at a restart).",
-}
-
 
 def tune_gc() -> None:
     """For the dedicated `ttft-exporter serve` process: collect young objects less often.
@@ -223,7 +213,7 @@ class Aggregator:
         if self.is_duplicate(delta):
             self.batches[names.PUSH_DUPLICATE] += 1
             return False
-        absorb(self.recorder, delta, window=window)
+        self.recorder.merge(delta.histograms, delta.exemplars, delta.rows, window=window)
         seqs = self.applied.pop(worker, None) or Applied()
         if not delta.retry:  # its worker settled every earlier batch before sending it
             seqs.settle_below(delta.seq)
@@ -391,25 +381,12 @@ class Aggregator:
     # --- self-metrics ---------------------------------------------------------------------------
 
     def families(self) -> list[Metric]:
-        rejected = CounterMetricFamily(names.SELF_PUSH_REJECTED,
-                                       _HELP[names.SELF_PUSH_REJECTED], labels=[names.REASON])
-        for reason, n in self.rejected.items():
-            rejected.add_metric([reason], n)
-        batches = CounterMetricFamily(names.SELF_PUSH_BATCHES, _HELP[names.SELF_PUSH_BATCHES],
-                                      labels=[names.RESULT])
-        for result, n in self.batches.items():
-            batches.add_metric([result], n)
-        return [
-            rejected, batches,
-            GaugeMetricFamily(names.SELF_PUSH_WORKERS, _HELP[names.SELF_PUSH_WORKERS],
-                              value=len(self.gauges)),
-            CounterMetricFamily(names.SELF_PUSH_LOST, _HELP[names.SELF_PUSH_LOST],
-                                value=self.lost_batches),
-            CounterMetricFamily(names.SELF_PUSH_FAILURES, _HELP[names.SELF_PUSH_FAILURES],
-                                value=self.push_failures),
-            CounterMetricFamily(names.SELF_SNAPSHOT_FAILURES,
-                                _HELP[names.SELF_SNAPSHOT_FAILURES], value=self.snapshot_failures),
-        ]
+        return [family(PUSH_REJECTED, {(reason,): n for reason, n in self.rejected.items()}),
+                family(PUSH_BATCHES, {(result,): n for result, n in self.batches.items()}),
+                family(PUSH_WORKERS, len(self.gauges)),
+                family(PUSH_LOST, self.lost_batches),
+                family(PUSH_FAILURES, self.push_failures),
+                family(SNAPSHOT_FAILURES, self.snapshot_failures)]
 
     # --- snapshot and journal -------------------------------------------------------------------
 

@@ -46,19 +46,16 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import Metric
 
-from .. import names
 from ..config.settings import Config
+from ..expose.self_metrics import PUSH_FAILURES, PUSH_LOST, family
 from ..record.store import Store
 from .take import take
 from .wire import CONTENT_TYPE, PUSH_PATH, Delta, encode
 
 log = logging.getLogger("exporter.push")
 
-WORKER_LOST_HELP = ("Batches this worker gave up (queue bound, refused, or unacknowledged at "
-                    "exit).")
-WORKER_FAILURES_HELP = "Push attempts of this worker that failed (retried later)."
 ENV_URL = "TTFT_EXPORTER_PUSH_URL"
 ENV_TOKEN = "TTFT_EXPORTER_PUSH_TOKEN"
 
@@ -211,10 +208,7 @@ class Flusher:
 
     def families(self) -> list[Metric]:
         """This worker's own push counters, for its exposition (if it serves one)."""
-        return [
-            CounterMetricFamily(names.SELF_PUSH_LOST, WORKER_LOST_HELP, value=self.lost_total),
-            CounterMetricFamily(names.SELF_PUSH_FAILURES, WORKER_FAILURES_HELP,
-                                value=self.failures_total)]
+        return [family(PUSH_LOST, self.lost_total), family(PUSH_FAILURES, self.failures_total)]
 
     def _run(self) -> None:
         interval = self.config.push.interval_seconds

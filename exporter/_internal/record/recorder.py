@@ -8,8 +8,8 @@ full or its window slice ended. Nothing here raises into the caller: a failure i
 drop. The per-call families are those of `names.HISTOGRAMS` with a `per_call` field: each is
 recorded from that field of `timeline.Derived`.
 
-The other roles write the same store through their own modules (fleet/take.py,
-fleet/absorb.py); which role a process plays is decided in runtime.py, not here.
+The other roles write the same store through its own operations (`Store.take`, `Store.merge`);
+which role a process plays is decided in runtime.py, not here.
 """
 
 from __future__ import annotations

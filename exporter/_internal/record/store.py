@@ -1,8 +1,8 @@
 """The store every process role shares: one HDR histogram per (family, label set), the counter
 rows of names.COUNTERS, the label guard, and the one lock over all of them.
 
-Three roles write it, each in its own module: the caller's hot path (record/recorder.py), the
-push worker's take (fleet/take.py) and the aggregator's absorb (fleet/absorb.py). Readers get
+Three roles write it: the caller's hot path (record/recorder.py), the push worker's `take` and
+the aggregator's `merge` (both here: fleet/ only carries what they take and give). Readers get
 snapshots: the renderer takes the changed series with private copies of their histograms
 ("lock then swap") and renders outside the lock, keeping its caches to itself. Nothing here
 raises into a caller; a value or label that cannot be recorded is a counted drop
@@ -32,11 +32,12 @@ from __future__ import annotations
 import threading
 from array import array
 from collections import deque
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .. import names
 from ..config.settings import Config
 from .clock import SYSTEM, Clock
+from . import exemplar
 from .exemplar import Exemplar
 from .guard import EPOCHS, Expired, LabelGuard
 from .histogram import Histogram, WindowPart
@@ -51,6 +52,19 @@ PENDING_MAX = 64
 Row = tuple[str, ...]
 #: Every counter's rows, by counter name (names.COUNTERS).
 Rows = dict[str, dict[Row, int]]
+#: A series across processes: (family name, label values in the family's sorted label order).
+SeriesKey = tuple[str, tuple[str, ...]]
+
+
+class Taken(NamedTuple):
+    """What a push worker's store held since its previous take."""
+
+    histograms: dict[SeriesKey, Histogram]
+    #: same keys -> `le` bucket position -> latest exemplar of that bucket
+    exemplars: dict[SeriesKey, dict[int, Exemplar]]
+    #: every counter's rows; a gauge's are its current values
+    rows: Rows
+
 class Snapshot(NamedTuple):
     """A series with private copies of its histogram and exemplars (a reader's snapshot)."""
 
@@ -280,6 +294,74 @@ class Store:
         if len(series.pending) >= PENDING_MAX:
             series.fold(self.keep)
         return series
+
+    # --- the other roles: a push worker's take, the aggregator's merge ------------------------
+
+    def take(self) -> Taken:
+        """Everything recorded since the previous take (zeros left behind). The lock is held
+        only for pointer swaps: each changed series gets a fresh histogram and the taken one,
+        with its pending batch, is folded after it; each counter's rows are swapped for empty
+        ones (a gauge's are copied: they are current values). No window is kept: the
+        aggregator windows what it receives."""
+        with self.held:
+            dirty, self.dirty = self.dirty, set()
+            taken = []
+            for series in dirty:
+                hist, pending, exemplars = series.hist, series.pending, series.exemplars
+                if pending or hist.count:
+                    series.hist = Histogram(series.state.layout)
+                    series.pending = []
+                    series.exemplars = None
+                    taken.append((series, hist, pending, exemplars))
+                series.slices = None
+            rows = {}
+            for counter in names.COUNTERS:
+                mine = self.rows[counter.name]
+                if counter.gauge:
+                    rows[counter.name] = {row: n for row, n in mine.items() if n}
+                else:
+                    rows[counter.name], self.rows[counter.name] = mine, {}
+        out = Taken({}, {}, rows)
+        for series, hist, pending, exemplars in taken:
+            hist.record_many(pending)
+            key = (series.state.family.name, series.values)
+            out.histograms[key] = hist
+            if exemplars:
+                out.exemplars[key] = exemplars
+        return out
+
+    def merge(self, histograms: Mapping[SeriesKey, Any],
+              exemplars: Mapping[SeriesKey, dict[int, Exemplar]], rows: Rows,
+              window: bool = True) -> None:
+        """Add what workers took, exactly (HDR add with the straddle counts, exact sums,
+        counter rows); with `window`, the histograms also feed the current window slice
+        (receive time). Label values pass this store's guard again (without the tenant policy,
+        which the worker applied): each worker caps its own values, the aggregator caps their
+        union; a fold is counted on the counter that counts the events' folds
+        (`names.Counter.counts_folds`), once. Series past `labels.max_series` are dropped and
+        counted; counter rows past it fold. A gauge is not added: the aggregator keeps each
+        worker's latest value and serves their sum (fleet/gauges.py)."""
+        slice_id = self.current_slice() if window else None
+        with self.held:
+            guard = self.guard
+            for (name, values), hist in histograms.items():
+                state = self.families[name]
+                series = self.series(state, guard.relabel(state.label_names, values))
+                if series is None:
+                    continue
+                series.add(hist, slice_id, self.keep)
+                theirs = exemplars.get((name, values))
+                if theirs:
+                    if series.exemplars is None:
+                        series.exemplars = {}
+                    exemplar.merge(series.exemplars, theirs)
+            for counter in names.COUNTERS:
+                counted = rows.get(counter.name)
+                if counter.gauge or not counted:
+                    continue
+                for values, n in counted.items():
+                    self.add_row(counter, guard.relabel(counter.labels, values, n,
+                                                        counter.counts_folds), n)
 
     # --- reading (snapshots taken under the lock, used outside it) -----------------------------
 

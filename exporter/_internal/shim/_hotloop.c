@@ -21,9 +21,10 @@
 #include <structmember.h>
 #include <time.h>
 
-/* Wire formats: sdk_call.HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC. */
+/* Wire formats: sdk_call.HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC (the module
+   serves them; a test holds them equal). */
 enum { HOT_GENERIC, HOT_CHAT, HOT_RESPONSES, HOT_ANTHROPIC };
-/* The cold callback's answers. */
+/* The cold callback's answers: tokens.STAY_COLD, GO_HOT, GO_PASS (served, tested likewise). */
 enum { STAY_COLD, GO_HOT, GO_PASS };
 /* Where the iterator is. */
 enum { COLD, HOT, PASS, DONE };
@@ -454,6 +455,18 @@ PyInit__hotloop(void)
     Py_INCREF(&StamperType);
     if (PyModule_AddObject(m, "Stamper", (PyObject *)&StamperType) < 0) {
         Py_DECREF(&StamperType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* The codes shared with Python (sdk_call.HOT_*, tokens.STAY_COLD ...), served so that
+       tests/test_stream_hot_loop.py holds them equal to the Python ones. */
+    if (PyModule_AddIntConstant(m, "HOT_GENERIC", HOT_GENERIC) < 0
+            || PyModule_AddIntConstant(m, "HOT_CHAT", HOT_CHAT) < 0
+            || PyModule_AddIntConstant(m, "HOT_RESPONSES", HOT_RESPONSES) < 0
+            || PyModule_AddIntConstant(m, "HOT_ANTHROPIC", HOT_ANTHROPIC) < 0
+            || PyModule_AddIntConstant(m, "STAY_COLD", STAY_COLD) < 0
+            || PyModule_AddIntConstant(m, "GO_HOT", GO_HOT) < 0
+            || PyModule_AddIntConstant(m, "GO_PASS", GO_PASS) < 0) {
         Py_DECREF(m);
         return NULL;
     }

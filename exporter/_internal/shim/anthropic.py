@@ -25,12 +25,11 @@ an Anthropic call's upstream is its address and region, its fingerprint `unknown
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
 from ..names import ATTR_CACHE_WRITE_TOKENS, CONTENT, REASONING, TOOL
 from .hooks import SDK, client_hooks, start_hook
-from .providers import client_provider
+from .providers import ClientProvider
 from .sdk_call import HOT_ANTHROPIC, Endpoint, SdkCall, field
 
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
@@ -101,18 +100,12 @@ def _record(call: SdkCall, seen: dict[str, Any]) -> None:
 
 ENDPOINTS = {"/v1/messages": Endpoint(classify, final, body_usage, HOT_ANTHROPIC)}
 
-_CLASS_PROVIDERS = (("bedrock", "aws.bedrock"), ("aws", "aws.bedrock"),
-                    ("vertex", "gcp.vertex_ai"), ("googlecloud", "gcp.vertex_ai"),
-                    ("foundry", "azure.ai.inference"), ("azure", "azure.ai.inference"))
-_providers: dict[tuple[type, str], str] = {}
-
-
-def provider(client: Any) -> str:
-    """aws.bedrock / gcp.vertex_ai / azure.ai.inference for those clients, else from the
-    base URL host."""
-    return client_provider(client, "anthropic", _CLASS_PROVIDERS, _providers)
-
-
+#: aws.bedrock / gcp.vertex_ai / azure.ai.inference for those clients, else from the base
+#: URL host.
+provider = ClientProvider("anthropic", (
+    ("bedrock", "aws.bedrock"), ("aws", "aws.bedrock"), ("vertex", "gcp.vertex_ai"),
+    ("googlecloud", "gcp.vertex_ai"), ("foundry", "azure.ai.inference"),
+    ("azure", "azure.ai.inference")))
 SDK_SPEC = SDK("anthropic", ENDPOINTS, provider)
 
 
@@ -120,9 +113,7 @@ def targets() -> dict[str, Callable[[Any], list[tuple[type, str, Any]]]]:
     """Each module holding hooked classes -> its hooks once imported: (class, attribute,
     make_replacement(original)). instrument() patches a module when the app imports it."""
     return {
-        "anthropic._base_client": lambda base_client: client_hooks(
-            base_client, importlib.import_module("anthropic._streaming"),
-            importlib.import_module("anthropic._response"), SDK_SPEC),
+        "anthropic._base_client": client_hooks(SDK_SPEC),
         "anthropic.resources.messages.messages": _create_hooks,
         "anthropic.resources.beta.messages.messages": _create_hooks,
     }

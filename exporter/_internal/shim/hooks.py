@@ -28,6 +28,7 @@ their events (`SDK`, `Endpoint`). Nothing here raises into the caller.
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 import weakref
 from contextvars import ContextVar
@@ -184,10 +185,17 @@ def request_hook(original: Callable, sdk: SDK, is_async: bool) -> Callable:
     return request
 
 
-def client_hooks(base_client: Any, streaming: Any, response: Any, sdk: SDK
-                 ) -> list[tuple[type, str, Any]]:
-    """The hooks every SDK built on Stainless' base client needs (openai, anthropic): its
-    `_base_client`, `_streaming` and `_response` modules."""
+def client_hooks(sdk: SDK) -> Callable[[Any], list[tuple[type, str, Any]]]:
+    """The hooks of the base client every SDK built on Stainless' needs (openai, anthropic),
+    given its `_base_client` module once imported: classes of it and of the SDK's `_streaming`
+    and `_response` modules (imported then, with it)."""
+    return lambda base_client: _client_hooks(
+        base_client, importlib.import_module(f"{sdk.name}._streaming"),
+        importlib.import_module(f"{sdk.name}._response"), sdk)
+
+
+def _client_hooks(base_client: Any, streaming: Any, response: Any, sdk: SDK
+                  ) -> list[tuple[type, str, Any]]:
     return [
         (base_client.SyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=False)),
         (base_client.AsyncAPIClient, "request", lambda f: request_hook(f, sdk, is_async=True)),
@@ -237,31 +245,24 @@ def sleep_for_retry_hook(original: Callable, is_async: bool) -> Callable:
     """Wrap `SyncAPIClient._sleep_for_retry` / `AsyncAPIClient._sleep_for_retry`: after the
     backoff, the current call's next attempt starts (`Call.retried`). A sleep that raises
     (the task cancelled during its backoff) starts no attempt."""
-    if is_async:
-        async def retried_after(sleeping: Any, call: SdkCall, cause: Any) -> Any:
-            result = await sleeping
-            _retried(call, cause)
-            return result
-
-        @functools.wraps(original)
-        def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:
-            call = _CURRENT.get()
-            if call is None:
-                return original(self, *args, **kwargs)
-            cause = _retry_cause(kwargs.get("response"))  # (here: inside the SDK's `except`)
-            return retried_after(original(self, *args, **kwargs), call, cause)
-        return _sleep_for_retry
-
     @functools.wraps(original)
     def _sleep_for_retry(self: Any, *args: Any, **kwargs: Any) -> Any:
         call = _CURRENT.get()
         if call is None:
             return original(self, *args, **kwargs)
-        cause = _retry_cause(kwargs.get("response"))
-        result = original(self, *args, **kwargs)
+        cause = _retry_cause(kwargs.get("response"))  # (here: inside the SDK's `except`)
+        sleeping = original(self, *args, **kwargs)  # (async: the coroutine, not yet slept)
+        if is_async:
+            return _retried_after(sleeping, call, cause)
         _retried(call, cause)
-        return result
+        return sleeping
     return _sleep_for_retry
+
+
+async def _retried_after(sleeping: Any, call: SdkCall, cause: Any) -> Any:
+    result = await sleeping
+    _retried(call, cause)
+    return result
 
 
 def _pending(api_response: Any) -> SdkCall | None:

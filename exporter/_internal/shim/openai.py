@@ -26,12 +26,11 @@ completion (`server_account`): its queue and prefill, beside the client's phases
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
 from ..names import CONTENT, REASONING, TOOL
 from .hooks import SDK, client_hooks, start_hook
-from .providers import client_provider
+from .providers import ClientProvider
 from .sdk_call import HOT_CHAT, HOT_RESPONSES, Endpoint, SdkCall, field
 
 
@@ -188,16 +187,9 @@ ENDPOINTS = {
     "/responses": Endpoint(responses_classify, responses_final, responses_usage, HOT_RESPONSES),
 }
 
-_CLASS_PROVIDERS = (("azure", "azure.ai.openai"),)
-_providers: dict[tuple[type, str], str] = {}
-
-
-def provider(client: Any) -> str:
-    """azure.ai.openai for the Azure clients, else from the base URL host (api.openai.com ->
-    openai)."""
-    return client_provider(client, "openai", _CLASS_PROVIDERS, _providers)
-
-
+#: azure.ai.openai for the Azure clients, else from the base URL host (api.openai.com ->
+#: openai).
+provider = ClientProvider("openai", (("azure", "azure.ai.openai"),))
 SDK_SPEC = SDK("openai", ENDPOINTS, provider)
 
 
@@ -205,9 +197,7 @@ def targets() -> dict[str, Callable[[Any], list[tuple[type, str, Any]]]]:
     """Each module holding hooked classes -> its hooks once imported: (class, attribute,
     make_replacement(original)). instrument() patches a module when the app imports it."""
     return {
-        "openai._base_client": lambda base_client: client_hooks(
-            base_client, importlib.import_module("openai._streaming"),
-            importlib.import_module("openai._response"), SDK_SPEC),
+        "openai._base_client": client_hooks(SDK_SPEC),
         "openai.resources.chat.completions.completions":
             lambda module: _start_hooks(module.Completions, module.AsyncCompletions),
         "openai.resources.responses.responses":

@@ -57,27 +57,33 @@ _SECOND_LEVEL = frozenset({"co", "com", "net", "org", "ac", "gov", "edu"})
 _NOT_LABEL = re.compile(r"[^a-z0-9_-]+")
 
 
-def client_provider(client: Any, default: str, by_class: Sequence[tuple[str, str]],
-                    cache: dict[tuple[type, str], str]) -> str:
-    """The provider label of an SDK client: from its class name (`by_class`: substring ->
-    provider, e.g. azure.ai.openai, aws.bedrock), else from its base URL host; cached per
-    (class, host)."""
-    try:
-        # The Stainless clients' own attribute, which their `base_url` property returns (and
-        # openai's property runs an `import` statement on every read: ~1.5 µs a call).
-        url = getattr(client, "_base_url", None)
-        host = (client.base_url if url is None else url).host
-    except Exception:
-        host = ""
-    key = (type(client), host)
-    name = cache.get(key)
-    if name is None:
-        cls = type(client).__name__.lower()
-        name = next((n for part, n in by_class if part in cls), None) \
-            or provider_name(host, default)
-        if len(cache) < 1024:
-            cache[key] = name
-    return name
+class ClientProvider:
+    """The provider label of an SDK's clients: from the class name (`by_class`: substring ->
+    provider, e.g. azure.ai.openai, aws.bedrock), else from the base URL host (`default` where
+    the host names none); cached per (class, host)."""
+
+    def __init__(self, default: str, by_class: Sequence[tuple[str, str]]):
+        self.default = default
+        self.by_class = by_class
+        self._cache: dict[tuple[type, str], str] = {}
+
+    def __call__(self, client: Any) -> str:
+        try:
+            # The Stainless clients' own attribute, which their `base_url` property returns
+            # (and openai's property runs an `import` statement on every read: ~1.5 µs a call).
+            url = getattr(client, "_base_url", None)
+            host = (client.base_url if url is None else url).host
+        except Exception:
+            host = ""
+        key = (type(client), host)
+        name = self._cache.get(key)
+        if name is None:
+            cls = type(client).__name__.lower()
+            name = next((n for part, n in self.by_class if part in cls), None) \
+                or provider_name(host, self.default)
+            if len(self._cache) < 1024:
+                self._cache[key] = name
+        return name
 
 
 def provider_name(host: str | None, default: str) -> str:
