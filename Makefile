@@ -51,8 +51,11 @@ demo: $(STAMP) assets
 # The calm demo's test (tests/test_calm_demo.py) runs a demo for 5+ minutes and judges its
 # alerts: beside the rest of the suite on a 2-core machine it is starved (and starves the
 # timing tests), so it has its own target.
+# Three workers on two cores, each module on one (its module-scoped fixtures played once): most
+# of the suite's time is real time (played schedules, Prometheus' scrape ticks, a browser),
+# not CPU (docs/testing.md).
 test: $(STAMP) assets prometheus chromium
-	$(PY) -m pytest -q --durations=30 --ignore=tests/test_calm_demo.py --ignore=tests/engine
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=30 --ignore=tests/test_calm_demo.py --ignore=tests/engine
 
 calm-test: $(STAMP) assets prometheus
 	$(PY) -m pytest -q tests/test_calm_demo.py
