@@ -416,3 +416,25 @@ def test_a_prometheus_without_the_exporters_data_is_an_error(run: dict[str, Any]
     proc = diagnose_cli(run["proms"]["classic"].url, "--model", "no-such-model")
     assert proc.returncode == 2
     assert "has no llm_client_time_to_first_token_seconds series matching" in proc.stderr
+
+
+def test_a_success_without_data_result_is_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A real HTTP server on loopback answering every query 200 with `status: success` and no
+    `data.result` (a proxy or another API behind the URL): one line, exit 2, no KeyError."""
+    from aiohttp import web
+
+    from exporter._internal.expose.http_thread import HttpThread
+
+    async def query(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {}})
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/query", query)
+    server = HttpThread(app, "127.0.0.1", 0, name="not-prometheus")
+    server.start()
+    try:
+        one_line_exit_2(["diagnose", "--prometheus", server.base_url],
+                        "answered success without a data.result list", capsys)
+    finally:
+        server.stop()
