@@ -99,7 +99,11 @@ def _diagnose(args: argparse.Namespace) -> int:
         req = Request(at=at, since=parse_duration(args.since),
                       baseline=parse_duration(args.baseline),
                       baseline_at=parse_time(args.baseline_at) if args.baseline_at else None,
-                      model=args.model, route=args.route)
+                      model=args.model, route=args.route,
+                      candidates=args.baseline_candidates)
+        if args.baseline_candidates < 1:
+            raise DiagnoseError(f"--baseline-candidates must be at least 1, got "
+                                f"{args.baseline_candidates}")
         if args.min_calls < 1:
             raise DiagnoseError(f"--min-calls must be at least 1, got {args.min_calls}")
         findings = diagnose(Prometheus(args.prometheus, timeout=args.timeout), req,
@@ -304,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="end of the diagnosed window instead of now (unix seconds or RFC 3339)")
     p.add_argument("--baseline-at", metavar="TIME",
                    help="end of the baseline window (default: where the diagnosed one starts)")
+    p.add_argument("--baseline-candidates", type=int, default=3, metavar="N",
+                   help="baseline windows to choose from, each one step further back; per "
+                        "model and route the most recent one no incident covers (default 3; "
+                        "1: the baseline as given)")
     p.add_argument("--min-calls", type=int, default=20,
                    help="calls a model and route needs in each window (default 20, as "
                         "alerting.min_calls)")

@@ -119,11 +119,16 @@ def test_dearer_connections_name_a_route_change_beside_a_stall_rise() -> None:
     farther route, its stalls a little longer; the baseline one call that opened a
     connection): each connection costs ~9× more, which no neighbour, surge or cold cache
     does, so it is a route change. More calls opening connections at the same cost, or no
-    opened call in the baseline to compare, leave the stall rise to name a neighbour."""
+    opened call in the baseline to compare, leave the stall rise to name a neighbour. The
+    phases are the calls' own: the connect mean is the opened calls' cost × their share, and
+    the farther route adds a round trip (a third of a handshake) to every server wait."""
     def window(opened_connect: LogMoments | None, stall: float, ttft: float,
                calls: float = 20) -> Window:
+        share = 0.0 if opened_connect is None else opened_connect.calls / calls
+        cost = 0.0 if opened_connect is None else math.exp(opened_connect.mean)
         w = Window(calls=calls, ttft=ttft, stall=stall,
-                   phases={"queue": 0.003, "connect": 0.1, "prefill": 0.055, "server": 0.2})
+                   phases={"queue": 0.003, "connect": share * cost, "prefill": 0.055,
+                           "server": 0.06 + cost / 3})
         w.logs = {"ttft": LogMoments(calls, math.log(ttft), 0.3)}
         if opened_connect is not None:
             w.logs[OPENED] = opened_connect

@@ -5,19 +5,22 @@ own fingerprint in the metrics (docs/diagnose.md):
 
 | cause | signals |
 | --- | --- |
-| `prefill_surge` | uncached input tokens per call up, the server's prefill speed (seconds per 1k uncached tokens) unchanged |
-| `cold_cache` | a few tenants' cached share of input tokens down, their TTFT up |
-| `noisy_neighbour` | the largest stall per call up, or the prefill speed down with the work unchanged |
-| `route_change` | the route's calls reach an upstream (address, region, fingerprint) unseen in the baseline, or its connect phase up where no slower server, longer prompts or cold cache explains it |
+| `prefill_surge` | uncached input tokens per call up (the prefill with them, slower per token too at long context) |
+| `cold_cache` | cached tokens per call down, on the route or for its slower tenants, whoever it hits |
+| `noisy_neighbour` | the largest stall per call or the time per output token up: the batch slows every stream |
+| `route_change` | the route's calls reach an upstream (address, region, fingerprint) unseen in the baseline, or its connections cost more, where the new route explains the rise |
 
-A call's TTFT is queue + connect + send + server wait + prefill of the *uncached* input tokens +
-the first decode step: the decision reads each term where it can tell the causes apart.
+A call's TTFT is retry (earlier attempts and their backoff) + queue + connect + send + server
+wait + prefill of the *uncached* input tokens (behind the engine's own queue: a real engine
+sends its headers before it schedules the prompt) + the first decode step: the decision reads
+each term where it can tell the causes apart.
 
 The decision exists once, here: `ttft-exporter diagnose` (run.py) queries the signals over any
 two windows and calls `classify`; `ttft-exporter watch` (watch.py) does the same every interval
 over `alerting.tenant_window_seconds` against the same window
-`alerting.tenant_baseline_offset_seconds` earlier, and serves the finding for the
-`LLMTTFTLikelyCause` alert. Every signal is a mean (histogram `_sum` / `_count`) or a ratio of
+`alerting.tenant_baseline_offset_seconds` earlier (or earlier still where an incident covers
+that one: run.py's baseline candidates), and serves the finding for the `LLMTTFTLikelyCause`
+alert. Every signal is a mean (histogram `_sum` / `_count`) or a ratio of
 counters: exact in both histogram modes, and steadier than a p99 over a few calls.
 """
 
@@ -52,9 +55,14 @@ RUNBOOK = {
     UNKNOWN: "LLMTTFTLikelyCause",
 }
 
-#: The phases the decision reads.
-QUEUE, CONNECT, SERVER, PREFILL = "queue", "connect", "server", "prefill"
-PHASES = (QUEUE, CONNECT, SERVER, PREFILL)
+#: The phases the decision reads (retry: for evidence).
+RETRY, QUEUE, CONNECT, SERVER, PREFILL = "retry", "queue", "connect", "server", "prefill"
+PHASES = (RETRY, QUEUE, CONNECT, SERVER, PREFILL)
+#: The phases a route's network makes: a farther host adds round trips to both.
+NETWORK = (CONNECT, SERVER)
+#: `reason` of the retries that are the provider's (llm_client_retries_total): it refused or
+#: failed an attempt. A timeout or a broken connection may be the client's own.
+PROVIDER_RETRIES = (names.RETRY_RATE_LIMITED, names.RETRY_OVERLOADED, names.RETRY_SERVER_ERROR)
 #: The connect phase of the calls that opened a connection (Window.logs).
 OPENED = "connect_opened"
 
@@ -85,21 +93,26 @@ class Thresholds:
     #: route_change: share of the route's calls that reached an upstream unseen in the
     #: baseline,
     new_upstream_share: float = 0.5
-    #: or the connect phase's mean up by a round trip and more.
+    #: or the connect phase's mean up by a round trip and more;
     connect_factor: float = 2.0
     connect_min_seconds: float = 0.05
+    #: ...and the network phases (connect + server wait means) rose by at least this share of
+    #: the TTFT rise: a farther route adds round trips and nothing else, so its rise is made
+    #: of them. Needed for a connect-cost rise always (a loaded client event loop makes each
+    #: loopback connect dearer beside a neighbour's 1.7 s rise), and for a new upstream where
+    #: a surge's or a cache loss's own signals hold (a fingerprint rollout during a surge).
+    network_share: float = 0.5
     #: prefill_surge: uncached input tokens per call and the prefill phase's mean, now /
-    #: baseline (the server prefills only what its cache does not serve).
+    #: baseline (the server prefills only what its cache does not serve). No ceiling on the
+    #: prefill's seconds per token: attention grows with the position and the engine queues
+    #: behind longer prefills, so a real surge is slower per token (×2.3 at 4k -> 40k).
     input_factor: float = 1.4
     prefill_factor: float = 1.25
-    #: ...and the server's prefill speed unchanged: seconds per 1k uncached tokens at most
-    #: this many times the baseline's (a prefill that outgrew its uncached work waited on
-    #: something else: a slower server).
-    prefill_excess: float = 2.0
-    #: noisy_neighbour: seconds per 1k uncached tokens up this many times with the work
-    #: unchanged (a slower server: a neighbour in the batch, or less capacity)...
-    slower_prefill: float = 1.3
-    #: ...or the mean of each call's largest stall, now / baseline and now - baseline.
+    #: noisy_neighbour: a neighbour in the batch slows every stream's decoding: the mean time
+    #: per output token up this many times with the uncached work unchanged...
+    slower_decode: float = 1.3
+    #: ...or the mean of each call's largest stall, now / baseline and now - baseline. A
+    #: longer wait before the first token alone is no neighbour (hidden reasoning, a queue).
     stall_factor: float = 1.5
     stall_min_seconds: float = 0.05
     #: cold_cache: a tenant's cached share of input tokens fell by this much (absolute)...
@@ -113,10 +126,16 @@ class Thresholds:
     #: calls a window, all cold), a cold cache stays cold (its incident: 7-30 calls).
     cold_min_calls: int = 5
     #: a starved client (CPU, event loop): the queue phase, before the request leaves the
-    #: process, up by this factor and this many seconds. Every phase the client stamps is
-    #: late then, so no provider-side cause is named from the phases.
+    #: process, up by this factor and this many seconds, with no more of the provider's
+    #: retries. Every phase the client stamps is late then, so no provider-side cause (and no
+    #: route change) is named from the phases.
     queue_factor: float = 2.0
     queue_min_seconds: float = 0.02
+    #: the provider's retries per call (rate limited, overloaded, server error) up this many
+    #: times and by this many per call: an overloaded provider holds each call's connection
+    #: longer, so the pool's wait (the queue phase) grows with it; not a starved client.
+    retry_factor: float = 2.0
+    retry_min_per_call: float = 0.02
 
 
 DEFAULT = Thresholds()
@@ -132,7 +151,8 @@ class Signal:
     key: str
     #: "mean" (histogram sum / count), "calls" (count increase),
     #: "cached_share" (cached / all input tokens), "cached_per_call" (cached tokens / calls),
-    #: "uncached_per_call" (input tokens the cache did not serve / calls)
+    #: "uncached_per_call" (input tokens the cache did not serve / calls),
+    #: "retries_per_call" (the provider's retries / calls)
     kind: str
     family: names.Family | None = None
     tenant: bool = False
@@ -149,6 +169,11 @@ class Signal:
         m = [*matchers, *([regex(names.PHASE, "|".join(PHASES))] if self.phase else [])]
         grouped = f"sum by ({by(labels)})"
         span = over(window, offset)
+        if self.kind == "retries_per_call":
+            retried = selector(names.RETRIES.name, [*m, regex(names.REASON,
+                                                               "|".join(PROVIDER_RETRIES))])
+            calls = f"{grouped} ({mode.rate(names.TTFT, 'count', m, window, offset)})"
+            return f"{grouped} (rate({retried}{span}))\n/ ({calls} > 0)"
         if self.kind == "uncached_per_call":
             given = f"{grouped} (rate({selector(names.USAGE_INPUT_TOKENS, m)}{span}))"
             cached = f"{grouped} (rate({selector(names.USAGE_CACHED_INPUT_TOKENS, m)}{span}))"
@@ -185,6 +210,8 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("first_answer", "mean", names.FIRST_ANSWER),
     Signal("input_tokens", "mean", names.INPUT_TOKENS),
     Signal("stall", "mean", names.STALL),
+    Signal("tpot", "mean", names.TPOT),
+    Signal("output_tokens", "mean", names.OUTPUT_TOKENS),
     Signal("phase", "mean", names.PHASE_FAMILY, phase=True),
     Signal("tenant_calls", "calls", names.TTFT, tenant=True),
     Signal("tenant_ttft", "mean", names.TTFT, tenant=True),
@@ -193,7 +220,12 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("tenant_model_calls", "calls", names.TTFT, tenant=True, per_model=True),
     Signal("uncached_per_call", "uncached_per_call"),
     Signal("tenant_uncached_per_call", "uncached_per_call", tenant=True),
+    Signal("route_cached_share", "cached_share"),
+    Signal("route_cached_per_call", "cached_per_call"),
+    Signal("retries_per_call", "retries_per_call"),
 )
+#: The signals that are one number per (model, route) (Window's attributes of the same name).
+SCALARS = tuple(s.key for s in SIGNALS if not (s.tenant or s.phase))
 SIGNALS_BY_KEY = {s.key: s for s in SIGNALS}
 
 #: The labels of one upstream identity (llm_client_upstream_requests_total).
@@ -211,6 +243,9 @@ class Window:
     first_answer: float | None = None
     input_tokens: float | None = None
     stall: float | None = None
+    #: time per output token (decode) and output tokens (hidden reasoning counts) per call
+    tpot: float | None = None
+    output_tokens: float | None = None
     phases: dict[str, float] = field(default_factory=dict)
     tenant_calls: dict[str, float] = field(default_factory=dict)
     tenant_ttft: dict[str, float] = field(default_factory=dict)
@@ -221,6 +256,11 @@ class Window:
     #: uncached input tokens per call (usage: input - cached), for the route and per tenant
     uncached_per_call: float | None = None
     tenant_uncached_per_call: dict[str, float] = field(default_factory=dict)
+    #: the route's cached share of input tokens and cached tokens per call (all tenants)
+    route_cached_share: float | None = None
+    route_cached_per_call: float | None = None
+    #: the provider's retries per call (PROVIDER_RETRIES)
+    retries_per_call: float | None = None
     #: the moments of log values per "ttft", "first_answer", "input_tokens", "connect", and
     #: OPENED: the connect phase of the calls that opened a connection (from the buckets: the
     #: noise gate, noise.py)
@@ -293,26 +333,60 @@ def _work_rose(now: Window, base: Window, t: Thresholds) -> bool:
         (z is None or z >= t.degraded_z)
 
 
-def _server_slower(now: Window, base: Window, t: Thresholds) -> bool:
-    """The server prefills slower (seconds per 1k uncached tokens past `slower_prefill`×)
-    with the uncached work per call not grown, or every call stalls longer mid-stream: a
-    neighbour in the batch, or less capacity."""
-    speed_now, speed_base = prefill_speed(now), prefill_speed(base)
-    slower = speed_now is not None and speed_base is not None and \
-        speed_now >= t.slower_prefill * speed_base and \
-        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) and \
+def _neighbour(now: Window, base: Window, t: Thresholds) -> bool:
+    """The batch slows every stream: each call's largest stall rose past `stall_factor` and
+    `stall_min_seconds`, or the time per output token past `slower_decode`× with the uncached
+    work per call not grown. A neighbour in the batch (a long prefill, more sequences) takes
+    every step's time from everyone; a longer wait before the first token alone, with the
+    decode and the stalls unchanged, is not one (a reasoning model thinking longer, a queue
+    in front of the engine)."""
+    decode = _rose(now.tpot, base.tpot, t.slower_decode, 0.0) and \
         not _rose(work(now), work(base), t.input_factor, 0.0)
-    return slower or _rose(now.stall, base.stall, t.stall_factor, t.stall_min_seconds)
+    return decode or _rose(now.stall, base.stall, t.stall_factor, t.stall_min_seconds)
 
 
 def _surge(now: Window, base: Window, t: Thresholds) -> bool:
-    """More uncached work per call at the server's usual speed: the prefill rose, its
-    seconds per 1k uncached tokens at most `prefill_excess`× the baseline's."""
-    speed_now, speed_base = prefill_speed(now), prefill_speed(base)
+    """More uncached work per call (clear of the prompts' noise), and the prefill rose with
+    it. At any speed: attention grows with the position and an engine queues behind longer
+    prefills, so a surge to long contexts is slower per token too; only a prefill slower with
+    the work unchanged is a slower server."""
     return _work_rose(now, base, t) and \
-        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0) and \
-        speed_now is not None and speed_base is not None and \
-        speed_now <= t.prefill_excess * speed_base
+        _rose(now.phases.get(PREFILL), base.phases.get(PREFILL), t.prefill_factor, 0.0)
+
+
+def _cache_lost(now: Window, base: Window, t: Thresholds) -> bool:
+    """The route's cache serves less, whoever it hits: its cached share of input tokens fell
+    by `cache_drop`, its uncached tokens per call rose past `input_factor`, and the cached
+    tokens it lost per call make at least half of that rise (a cache loss adds the tokens it
+    no longer serves; a surge of the prompts' new part adds uncached tokens with the cached
+    ones per call unchanged)."""
+    was, share = base.route_cached_share, now.route_cached_share
+    served_was, served = base.route_cached_per_call, now.route_cached_per_call
+    uncached_now, uncached_was = work(now), work(base)
+    if None in (was, share, served_was, served, uncached_now, uncached_was):
+        return False
+    rise = uncached_now - uncached_was  # type: ignore[operator]
+    return was - share >= t.cache_drop and \
+        _rose(uncached_now, uncached_was, t.input_factor, 0.0) and \
+        served_was - served >= 0.5 * rise  # type: ignore[operator]
+
+
+def _provider_retried(now: Window, base: Window, t: Thresholds) -> bool:
+    """The provider refused or failed more attempts: its retries per call rose past
+    `retry_factor` and `retry_min_per_call` (none recorded: none)."""
+    return _rose(now.retries_per_call or 0.0, base.retries_per_call or 0.0, t.retry_factor,
+                 t.retry_min_per_call)
+
+
+def _network_explains(now: Window, base: Window, t: Thresholds) -> bool:
+    """The network phases' means (connect + server wait) rose by at least `network_share` of
+    the TTFT (or first-answer) mean's rise: what a farther route adds is round trips."""
+    def rise(a: float | None, b: float | None) -> float:
+        return 0.0 if a is None or b is None else a - b
+
+    network = sum(rise(now.phases.get(p), base.phases.get(p)) for p in NETWORK)
+    total = max(rise(now.ttft, base.ttft), rise(now.first_answer, base.first_answer))
+    return network >= t.network_share * total
 
 
 def surge_tenants(now: Window, base: Window, t: Thresholds = DEFAULT) -> list[str]:
@@ -382,24 +456,33 @@ def classify(model: str, route: str, now: Window, base: Window,
 
     Degraded: enough calls in both windows, and the TTFT or first-answer mean rose past
     `degraded_factor`, `degraded_min_seconds` and `degraded_z` standard errors (`explained_z`
-    where a prefill surge's own signals hold); or a tenant's TTFT rose past the first two while
-    its cache went cold (one tenant's cold cache barely moves its route's mean). Then the first
-    cause of CAUSES whose signals hold; `unknown` when none does.
+    where a surge's, a cache loss's or a new upstream's own signals hold); or a tenant's TTFT
+    rose past the first two while its cache went cold (one tenant's cold cache barely moves
+    its route's mean). Then the first cause of CAUSES whose signals hold; `unknown` when none
+    does.
     """
     if now.calls < t.min_calls or base.calls < t.min_calls:
         return None
     surge = _surge(now, base, t)
+    route_cold = _cache_lost(now, base, t)
     moved = now.new_upstream_share is not None and \
         now.new_upstream_share >= t.new_upstream_share
-    gate = t.explained_z if surge or moved else t.degraded_z
+    gate = t.explained_z if surge or route_cold or moved else t.degraded_z
     route_degraded = _degraded(now, base, "ttft", t, gate) or \
         _degraded(now, base, "first_answer", t, gate)
     slower = slower_tenants(now, base, t)
     compared = [x for x in now.tenant_calls if now.tenant_calls[x] >= t.tenant_min_calls]
-    # "its TTFT rose, others' did not": with most tenants slower, it is not one cache (one
-    # slower tenant is few, even when it is the only one with calls enough to compare).
-    few = slower if compared and len(slower) <= max(1.0, len(compared) / 2) else []
-    cold = [tenant for tenant in cold_tenants(now, base, t) if tenant in few]
+
+    def few(tenants: list[str]) -> list[str]:
+        """`tenants` where they are at most half of those compared (or one): named as the
+        ones affected; otherwise none named (all tenants)."""
+        return tenants if compared and len(tenants) <= max(1.0, len(compared) / 2) else []
+
+    # A cache loss is seen in cached tokens per call, whoever it hits: on the route, or for
+    # tenants among the slower ones. On a route whose mean did not move, one tenant's cold
+    # cache is the finding only where it is one of few slower tenants.
+    cold_now = cold_tenants(now, base, t)
+    cold = [x for x in cold_now if x in (slower if route_degraded else few(slower))]
     if not route_degraded and not cold:
         return None
     evidence: dict[str, float] = {}
@@ -421,46 +504,60 @@ def classify(model: str, route: str, now: Window, base: Window,
 
     connect = (now.phases.get(CONNECT), base.phases.get(CONNECT))
     new_share = now.new_upstream_share
+    # A starved client stamps every phase late: no provider-side cause, and no route change,
+    # is read from its phases. A queue beside the provider's retries is the pool waiting on
+    # an overloaded provider's longer calls.
     starved = _rose(now.phases.get(QUEUE), base.phases.get(QUEUE), t.queue_factor,
-                    t.queue_min_seconds)
-    slower_server = not starved and _server_slower(now, base, t)
-    # A new upstream is a fact and comes first; then dearer connections (unless the client
-    # stamps every phase late); the connect mean over every call only where nothing else
-    # explains it: longer calls (more uncached work, a slower server, a cold cache) hold
-    # more connections open, and each new one costs a connect.
+                    t.queue_min_seconds) and not _provider_retried(now, base, t)
+    neighbour = not starved and _neighbour(now, base, t)
+    explained = _network_explains(now, base, t)
+    cache_loss = route_cold or bool(cold)
+    # A new upstream is a fact; it is the cause unless a surge's or a cache loss's own
+    # signals hold and the network phases do not make the rise. Dearer connections are a
+    # route change where they make the rise; the connect mean over every call only where
+    # nothing else explains it: longer calls (more uncached work, a slower server, a cold
+    # cache) hold more connections open, and each new one costs a connect.
     costlier = _connection_costlier(now, base, t)
-    if (new_share is not None and new_share >= t.new_upstream_share) or \
-            (not starved and costlier) or \
-            (costlier is None and not cold and not surge and not slower_server
-             and not starved and _connect_mean_rose(now, base, t)):
+    if not starved and (
+            (moved and (explained or not (surge or cache_loss))) or
+            (costlier and explained) or
+            (costlier is None and not cache_loss and not surge and not neighbour
+             and explained and _connect_mean_rose(now, base, t))):
         cause, tenants = ROUTE_CHANGE, []
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)
         note("connect_mean_seconds", *connect)
         note("server_mean_seconds", now.phases.get(SERVER), base.phases.get(SERVER))
-    elif cold:
-        cause, tenants = COLD_CACHE, cold
+    elif cache_loss:
+        cause, tenants = COLD_CACHE, few(cold)
+        note("cached_share", now.route_cached_share, base.route_cached_share)
+        note("cached_input_tokens_per_call", now.route_cached_per_call,
+             base.route_cached_per_call)
+        note("uncached_input_tokens_per_call", now.uncached_per_call, base.uncached_per_call)
         for tenant in cold:
             note(f"cached_share[{tenant}]", now.cached_share.get(tenant),
                  base.cached_share.get(tenant))
             note(f"ttft_mean_seconds[{tenant}]", now.tenant_ttft.get(tenant), None)
     elif surge:
-        surging = surge_tenants(now, base, t)
         # confined to a few tenants: name them (at most half of those compared, or one)
-        cause, tenants = PREFILL_SURGE, surging if compared and \
-            len(surging) <= max(1.0, len(compared) / 2) else []
+        cause, tenants = PREFILL_SURGE, few(surge_tenants(now, base, t))
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
         note("uncached_input_tokens_per_call", now.uncached_per_call, base.uncached_per_call)
         note("prefill_mean_seconds", now.phases.get(PREFILL), base.phases.get(PREFILL))
         note("prefill_seconds_per_1k_uncached_tokens", prefill_speed(now), prefill_speed(base))
-    elif slower_server:
+    elif neighbour:
         cause, tenants = NOISY_NEIGHBOUR, []
         note("stall_mean_seconds", now.stall, base.stall)
+        note("time_per_output_token_mean_seconds", now.tpot, base.tpot)
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
         note("prefill_seconds_per_1k_uncached_tokens", prefill_speed(now), prefill_speed(base))
+        note("retries_per_call", now.retries_per_call, base.retries_per_call)
     else:
-        cause, tenants = UNKNOWN, few
+        cause, tenants = UNKNOWN, few(slower)
         note("input_tokens_per_call", now.input_tokens, base.input_tokens)
+        note("output_tokens_per_call", now.output_tokens, base.output_tokens)
         note("stall_mean_seconds", now.stall, base.stall)
+        note("time_per_output_token_mean_seconds", now.tpot, base.tpot)
+        note("retries_per_call", now.retries_per_call, base.retries_per_call)
         for phase in PHASES:
             note(f"{phase}_mean_seconds", now.phases.get(phase), base.phases.get(phase))
         evidence["new_upstream_share"] = round(new_share or 0.0, 4)

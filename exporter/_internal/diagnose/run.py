@@ -27,8 +27,9 @@ from .. import names
 from ..compat import fromisoformat
 from ..config.settings import AlertingConfig
 from ..promql import CLASSIC, MODEL_ROUTE, NATIVE, HistogramMode, by, duration, eq, selector
-from .causes import (CONNECT, DEFAULT, IDENTITY, OPENED, SIGNALS, SIGNALS_BY_KEY, Finding, Thresholds,
-                     Window, classify)
+from .causes import (CONNECT, DEFAULT, IDENTITY, OPENED, SCALARS, SIGNALS, SIGNALS_BY_KEY,
+                     Finding, Thresholds, Window, classify)
+from .baseline import Candidates, choose
 from .noise import from_cumulative, log_moments, opened
 from .upstreams import new_upstream_shares
 
@@ -109,9 +110,16 @@ class Prometheus:
             said = " ".join(str(e).split())[:80]  # the peer's bytes, on one line
             raise DiagnoseError(f"Prometheus at {self.url} does not answer HTTP: "
                                 f"{type(e).__name__} {said!r}") from None
-        if doc.get("status") != "success":
-            raise DiagnoseError(f"Prometheus at {self.url}: {doc.get('error', doc)}")
-        return doc["data"]["result"]
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            error = doc.get("error", doc) if isinstance(doc, dict) else doc
+            raise DiagnoseError(f"Prometheus at {self.url}: {error}")
+        data = doc.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list):
+            said = " ".join(json.dumps(doc).split())[:120]
+            raise DiagnoseError(f"Prometheus at {self.url} answered success without a "
+                                f"data.result list (is it Prometheus' API?): {said}")
+        return result
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,8 @@ class Request:
     route: str | None = None
     #: extra PromQL matchers every query selects (the watch: the rules' job and selector)
     matchers: tuple[str, ...] = ()
+    #: baseline windows to choose from, each `Candidates.step` before the last (baseline.py)
+    candidates: int = 3
 
     def __post_init__(self) -> None:
         """The baseline must end before the diagnosed window starts: an overlap compares a
@@ -141,6 +151,13 @@ class Request:
     @property
     def baseline_end(self) -> float:
         return self.at - self.since if self.baseline_at is None else self.baseline_at
+
+    @property
+    def baselines(self) -> Candidates:
+        """The baseline windows to choose from: the one given, then the same length further
+        back by its offset from `at` (or by its length, where that is longer: no overlap)."""
+        return Candidates(self.baseline_end, self.baseline,
+                          max(self.at - self.baseline_end, self.baseline), self.candidates)
 
 
 def stored_mode(prom: Prometheus, at: float, matchers: Sequence[str]) -> HistogramMode:
@@ -178,8 +195,7 @@ def _windows(prom: Prometheus, at: float, window: float, matchers: Sequence[str]
             labels, value = row["metric"], float(row["value"][1])
             w = out.setdefault((labels.get(names.MODEL, ""), labels.get(names.ROUTE, "")),
                                Window())
-            if key in ("calls", "ttft", "first_answer", "input_tokens", "stall",
-                       "uncached_per_call"):
+            if key in SCALARS:
                 setattr(w, key, value)
             elif key == "phase":
                 w.phases[labels.get(names.PHASE, "")] = value
@@ -231,19 +247,29 @@ def diagnose(prom: Prometheus, req: Request, thresholds: Thresholds = DEFAULT,
     def identities(window: float) -> str:
         return f"sum by ({by((*MODEL_ROUTE, *IDENTITY))}) (increase({upstreams}[{duration(window)}]))"
 
+    candidates = req.baselines
     with ThreadPoolExecutor(max_workers=8) as pool:
         upstream_now = pool.submit(prom.query, identities(req.since), req.at)
-        upstream_base = pool.submit(prom.query, identities(req.baseline), req.baseline_end)
+        chosen = pool.submit(choose, prom.query, candidates, matchers, mode, thresholds)
         now = _windows(prom, req.at, req.since, matchers, mode, pool)
-        base = _windows(prom, req.baseline_end, req.baseline, matchers, mode, pool)
-        shares = new_upstream_shares(_identities(upstream_now.result()),
-                                     _identities(upstream_base.result()))
+        picks = chosen.result()
+        ends = {candidates.end(i) for i in {0, *picks.values()}}
+        upstream_base = {end: pool.submit(prom.query, identities(req.baseline), end)
+                         for end in ends}
+        bases = {end: _windows(prom, end, req.baseline, matchers, mode, pool) for end in ends}
+        identities_base = {end: _identities(f.result()) for end, f in upstream_base.items()}
+    now_identities = _identities(upstream_now.result())
+    shares = {end: new_upstream_shares(now_identities, rows)
+              for end, rows in identities_base.items()}
     findings = []
     for (model, route), window in sorted(now.items()):
-        window.new_upstream_share = shares.get((model, route))
-        found = classify(model, route, window, base.get((model, route), Window()), thresholds,
-                         alerting)
+        pick = picks.get((model, route), 0)
+        end = candidates.end(pick)
+        window.new_upstream_share = shares[end].get((model, route))
+        found = classify(model, route, window, bases[end].get((model, route), Window()),
+                         thresholds, alerting)
         if found is not None:
+            found.evidence["baseline_windows_back"] = pick
             findings.append(found)
     return findings
 
