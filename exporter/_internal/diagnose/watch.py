@@ -108,7 +108,7 @@ class Watch:
             evaluations = dict(self._evaluations)
             seconds, last_success = self._seconds, self._last_success
         return "".join(render_family(metric, openmetrics=False) for metric in (
-            family(self_metrics.LIKELY_CAUSE, {(f.model, f.route, f.cause, tenant): 1.0
+            family(self_metrics.LIKELY_CAUSE, {(f.cause, f.model, f.route, tenant): 1.0
                                                for f in findings for tenant in f.tenants or [""]}),
             family(self_metrics.WATCH_EVALUATIONS, {(o,): n for o, n in evaluations.items()}),
             family(self_metrics.WATCH_SECONDS, seconds),
