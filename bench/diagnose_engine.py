@@ -100,12 +100,13 @@ def run_one(engine: build.Engine, name: str, seed: int) -> dict[str, Any]:
             "seconds": round(time.monotonic() - started, 1), "load": os.getloadavg()[0]}
 
 
-def plan(names: list[str], seeds: range | None, quick: bool) -> list[tuple[str, int]]:
+def plan(names: list[str], seeds: range | None, quick: bool, runs: dict[str, int] = RUNS
+         ) -> list[tuple[str, int]]:
     """(scenario, seed) in run order: seeds interleaved across scenarios, so a cut run still
     has every scenario."""
     if quick:
         return [(n, CHOOSE[0]) for n in names]
-    per = {n: list(seeds) if seeds is not None else list(HELD_OUT[:RUNS[kind(n)]])
+    per = {n: list(seeds) if seeds is not None else list(HELD_OUT[:runs[kind(n)]])
            for n in names}
     depth = max(len(s) for s in per.values())
     return [(n, per[n][i]) for i in range(depth) for n in names if i < len(per[n])]
@@ -116,7 +117,8 @@ def _name(cause: str | None) -> str:
 
 
 def matrix(records: list[dict[str, Any]]) -> list[str]:
-    columns = [None, *CAUSES]
+    columns: list[str | None] = [None, *CAUSES, *(["error"] if any(
+        r["cause"] == "error" for r in records) else [])]
     lines = ["| scenario | allowed | n | " + " | ".join(_name(c) for c in columns)
              + " | right | seconds a run |",
              "| --- | --- | ---: |" + " ---: |" * len(columns) + " ---: | ---: |"]
@@ -152,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=seed_range, default=None,
                    help="a:b for every scenario (default: the held-out seeds, RUNS per kind)")
     p.add_argument("--quick", action="store_true", help=f"one run per scenario, seed {CHOOSE[0]}")
+    p.add_argument("--runs", default=",".join(map(str, RUNS.values())),
+                   help="held-out runs per cause, per look-alike, of calm (default 10,3,5)")
     p.add_argument("--out", type=Path, default=Path("build/diagnose-engine.jsonl"))
     p.add_argument("--report", type=Path, help="print the matrix of a recorded --out file")
     args = p.parse_args(argv)
@@ -169,9 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     exporter.instrument()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     records = []
-    todo = plan(names, args.seeds, args.quick)
+    todo = plan(names, args.seeds, args.quick,
+                dict(zip(RUNS, map(int, args.runs.split(",")))))
     for k, (name, seed) in enumerate(todo, 1):
-        record = run_one(engine, name, seed)
+        try:
+            record = run_one(engine, name, seed)
+        except Exception as e:  # a run that broke is reported, the others still run
+            record = {"scenario": name, "seed": seed, "cause": "error", "right": False,
+                      "error": repr(e), "seconds": 0, "calls": [], "errors": []}
         records.append(record)
         with args.out.open("a") as out:
             out.write(json.dumps(record) + "\n")
