@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import openai
 
@@ -78,7 +79,7 @@ class Tenant:
     #: a timestamp at the top of its system prompt on every call: its prefix never repeats
     stamped: bool = False
 
-    def messages(self, rng: random.Random, vocab) -> list[dict[str, str]]:
+    def messages(self, rng: random.Random, vocab: Path) -> list[dict[str, str]]:
         system = f"Now: {time.time_ns()}.\n{self.system}" if self.stamped else self.system
         return system_and_user(system, prompts.text(vocab, self.user_tokens,
                                                     rng.randrange(2**31)))
@@ -132,7 +133,7 @@ class World:
         return tuple(replace(t, user_tokens=tokens) for t in self.tenants)
 
 
-def uninstrumented(base_url: str, threads: int, tokens: int, vocab, seed: int
+def uninstrumented(base_url: str, threads: int, tokens: int, vocab: Path, seed: int
                    ) -> Callable[[threading.Event], list[threading.Thread]]:
     """Another customer's load: `threads` closed loops of cold `tokens`-token prompts (one
     token out), raw HTTP (not the SDK: the shim does not see them). Refused calls (503) are
@@ -275,7 +276,7 @@ class Counts:
             self.errors += not ok
 
 
-def _request(t: Tenant, rng: random.Random, vocab) -> dict:
+def _request(t: Tenant, rng: random.Random, vocab: Path) -> dict:
     return dict(model="tiny", stream=True, stream_options={"include_usage": True},
                 max_tokens=MAX_TOKENS, extra_body={"ignore_eos": True},
                 messages=t.messages(rng, vocab))
@@ -285,7 +286,7 @@ def _pick(tenants: tuple[Tenant, ...], rng: random.Random) -> Tenant:
     return rng.choices(tenants, weights=[t.weight for t in tenants])[0]
 
 
-def _sync_loop(traffic: Traffic, route: str, vocab, rng: random.Random, end: float,
+def _sync_loop(traffic: Traffic, route: str, vocab: Path, rng: random.Random, end: float,
                counts: Counts) -> None:
     client = openai.OpenAI(base_url=traffic.base_url, api_key="none",
                            max_retries=traffic.retries, timeout=120)
@@ -305,7 +306,7 @@ def _sync_loop(traffic: Traffic, route: str, vocab, rng: random.Random, end: flo
     client.close()
 
 
-async def _async_loops(traffic: Traffic, route: str, vocab, seed: int, end: float,
+async def _async_loops(traffic: Traffic, route: str, vocab: Path, seed: int, end: float,
                        counts: Counts) -> None:
     client = openai.AsyncOpenAI(base_url=traffic.base_url, api_key="none",
                                 max_retries=traffic.retries, timeout=120)
@@ -338,7 +339,7 @@ async def _async_loops(traffic: Traffic, route: str, vocab, seed: int, end: floa
     await client.close()
 
 
-def drive(traffic: Traffic, route: str, vocab, seed: int, seconds: float
+def drive(traffic: Traffic, route: str, vocab: Path, seed: int, seconds: float
           ) -> tuple[float, float, Counts]:
     """The window's calls for `seconds` (then the calls in flight finish): the wall-clock
     times before the first call and after the last, and the calls made."""
