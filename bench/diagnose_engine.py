@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -120,8 +121,8 @@ def matrix(records: list[dict[str, Any]]) -> list[str]:
     columns: list[str | None] = [None, *CAUSES, *(["error"] if any(
         r["cause"] == "error" for r in records) else [])]
     lines = ["| scenario | allowed | n | " + " | ".join(_name(c) for c in columns)
-             + " | right | seconds a run |",
-             "| --- | --- | ---: |" + " ---: |" * len(columns) + " ---: | ---: |"]
+             + " | right | seconds a run | load average |",
+             "| --- | --- | ---: |" + " ---: |" * len(columns) + " ---: | ---: | ---: |"]
     for name, scenario in SCENARIOS.items():
         rows = [r for r in records if r["scenario"] == name]
         if not rows:
@@ -131,7 +132,8 @@ def matrix(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {name} | {allowed} | {len(rows)} | "
                      + " | ".join(str(named[c]) for c in columns)
                      + f" | {sum(r['right'] for r in rows)}/{len(rows)} | "
-                     f"{sum(r['seconds'] for r in rows) / len(rows):.0f} |")
+                     f"{sum(r['seconds'] for r in rows) / len(rows):.0f} | "
+                     f"{statistics.median(r.get('load', 0) for r in rows):.1f} |")
     return lines
 
 
