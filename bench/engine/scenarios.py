@@ -237,8 +237,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
       "1 or 2 of the 4 tenants get a timestamp at the top of their system prompt on every call",
       cold_cache, cause=True),
     S("noisy_neighbour", frozenset({NOISY_NEIGHBOUR}),
-      f"another customer's {NEIGHBOUR_THREADS} closed loops of cold {NEIGHBOUR_TOKENS:,}-token "
-      "prompts on the same engine (unseen by the shim)", noisy_neighbour, cause=True),
+      f"another customer's closed loop{'s' if NEIGHBOUR_THREADS > 1 else ''} "
+      f"({NEIGHBOUR_THREADS}) of cold {NEIGHBOUR_TOKENS:,}-token prompts on the same engine "
+      "(unseen by the shim)", noisy_neighbour, cause=True),
     S("route_change", frozenset({ROUTE_CHANGE}),
       f"the calls move to the other build on 127.0.0.2 behind a {FAR_ONE_WAY * 1000:.0f} ms "
       "one-way relay (a fresh engine: its cache cold at first)", route_change, cause=True),
