@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test calm-test pythons bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto image-requirements clean engine engine-tools engine-smoke
+.PHONY: demo test calm-test pythons bench diagnose-eval diagnose-prometheus generate install assets prometheus chromium valgrind screenshots proto image-requirements clean engine engine-tools engine-smoke diagnose-engine
 
 # setup.py builds the optional C parts (exporter/_internal/*/_hot*.c) where gcc is found.
 $(STAMP): pyproject.toml setup.py $(wildcard exporter/_internal/*/_hot*.c)
@@ -150,3 +150,8 @@ image-requirements:
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# diagnose on a real engine (bench/diagnose_engine.py, docs/diagnose.md "On a real engine"): each
+# failure mode and look-alike produced by mechanism on llama-server, held-out seeds, ~40 min.
+diagnose-engine: engine prometheus
+	$(PY) -m bench.diagnose_engine
