@@ -19,7 +19,8 @@ from statistics import median
 
 from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
-from exporter._internal.diagnose.causes import CAUSES, DEFAULT, SIGNALS, Finding
+from exporter._internal.diagnose.causes import CAUSES, DEFAULT, Finding
+from exporter._internal.diagnose.signals import SIGNALS
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.generate.files import RULE_FILES, generate
 

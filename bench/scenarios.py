@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from exporter._internal.config.settings import DEFAULT_SECONDS_BUCKETS, DEFAULT_TOKEN_BUCKETS
-from exporter._internal.diagnose.causes import (COLD_CACHE, NOISY_NEIGHBOUR, OPENED,
-                                                PREFILL_SURGE, ROUTE_CHANGE, UNKNOWN, Window)
+from exporter._internal.diagnose.causes import (COLD_CACHE, NOISY_NEIGHBOUR, PREFILL_SURGE,
+                                                ROUTE_CHANGE, UNKNOWN, Window)
+from exporter._internal.diagnose.signals import OPENED
 from exporter._internal.diagnose.noise import from_cumulative, log_moments, opened
 from exporter._internal.diagnose.upstreams import new_upstream_shares
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from .. import names
 from ..promql import MODEL_ROUTE, HistogramMode, duration
-from .causes import SIGNALS_BY_KEY, Thresholds
+from .causes import Thresholds
+from .signals import SIGNALS_BY_KEY
 
 #: The label each candidate's row carries in the choosing query.
 CANDIDATE = "baseline_candidate"
