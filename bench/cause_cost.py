@@ -35,7 +35,7 @@ from typing import Any
 
 from exporter._internal.config.loader import load
 from exporter._internal.config.settings import AlertingConfig
-from exporter._internal.diagnose.signals import SIGNALS
+from exporter._internal.evidence.signals import SIGNALS
 from exporter._internal.diagnose.run import LOGGED, Prometheus, diagnose
 from exporter._internal.diagnose.watch import Windows
 from exporter._internal.expose.text import Renderer

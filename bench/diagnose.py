@@ -19,8 +19,9 @@ from statistics import median
 
 from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
-from exporter._internal.diagnose.causes import CAUSES, DEFAULT, Finding
-from exporter._internal.diagnose.signals import SIGNALS
+from exporter._internal.diagnose.causes import Finding
+from exporter._internal.evidence.thresholds import CAUSES, DEFAULT
+from exporter._internal.evidence.signals import SIGNALS
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.generate.files import RULE_FILES, generate
 

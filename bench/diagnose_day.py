@@ -27,7 +27,7 @@ from typing import Any
 from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.diagnose.causes import DEFAULT, UNKNOWN
+from exporter._internal.evidence.thresholds import DEFAULT, UNKNOWN
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.generate.files import RULE_FILES, generate
 from tests.support.incident_day import (CALM, CONFIG, MIN_CALLS, PHASE, SKIP, TARGETS, WINDOW,

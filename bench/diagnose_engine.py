@@ -33,8 +33,8 @@ from bench.diagnose_eval import seed_range
 from bench.diagnose_prometheus import bounds, exporter as scraped_exporter, scraped, scrapes
 from bench.engine import build, model, scenarios
 from bench.engine.scenarios import SCENARIOS, World, drive, warm
-from exporter._internal.diagnose.causes import CAUSES, Thresholds
-from exporter._internal.diagnose.signals import SIGNALS_BY_KEY
+from exporter._internal.evidence.thresholds import CAUSES, Thresholds
+from exporter._internal.evidence.signals import SIGNALS_BY_KEY
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.promql import CLASSIC, MODEL_ROUTE, duration, eq
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from bench.scenarios import FLOOR, INCIDENTS, LOOKALIKES, MAGNITUDE, scenario, windows
 from exporter._internal.config.settings import DEFAULT_SECONDS_BUCKETS
-from exporter._internal.diagnose.causes import DEFAULT, UNKNOWN, classify
+from exporter._internal.diagnose.causes import classify
+from exporter._internal.evidence.thresholds import DEFAULT, UNKNOWN
 from exporter._internal.diagnose.noise import (from_cumulative, log_moments,
                                                rise_in_standard_errors)
 

@@ -63,7 +63,8 @@ from bench.scenarios import SEND, Calls, draw, scenario, windows
 from exporter._internal import runtime
 from exporter._internal.config.settings import LabelConfig
 from exporter._internal.demo.prometheus import PrometheusProcess
-from exporter._internal.diagnose.causes import DEFAULT, Window, classify
+from exporter._internal.diagnose.causes import Window, classify
+from exporter._internal.evidence.thresholds import DEFAULT
 from exporter._internal.diagnose.run import Prometheus
 from exporter._internal.record.timeline import CallTimeline
 

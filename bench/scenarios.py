@@ -8,7 +8,7 @@ Each tenant has a prompt prefix its provider caches while it is warm; the rest o
 new each call. Latencies are heavy-tailed (lognormal, and a small share of calls far slower).
 
 Each scenario is one (model, route) over two windows, the baseline calm and the diagnosed one
-with an `Effect`: an incident (a cause of causes.CAUSES with a magnitude), two at once, a
+with an `Effect`: an incident (a cause of evidence.thresholds.CAUSES with a magnitude), two at once, a
 non-incident that looks like one, or nothing (a calm pair). `window_signals` turns a window's
 calls into the `causes.Window` diagnose would read from Prometheus: means from sums and counts,
 the log moments from the classic buckets the exporter serves, ratios of the usage counters,
@@ -23,9 +23,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from exporter._internal.config.settings import DEFAULT_SECONDS_BUCKETS, DEFAULT_TOKEN_BUCKETS
-from exporter._internal.diagnose.causes import (COLD_CACHE, NOISY_NEIGHBOUR, PREFILL_SURGE,
-                                                ROUTE_CHANGE, UNKNOWN, Window)
-from exporter._internal.diagnose.signals import OPENED
+from exporter._internal.diagnose.causes import Window
+from exporter._internal.evidence.thresholds import (COLD_CACHE, NOISY_NEIGHBOUR, PREFILL_SURGE,
+                                                    ROUTE_CHANGE, UNKNOWN)
+from exporter._internal.evidence.signals import OPENED
 from exporter._internal.diagnose.noise import from_cumulative, log_moments, opened
 from exporter._internal.diagnose.upstreams import new_upstream_shares
 

@@ -90,7 +90,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     import json
     from dataclasses import replace
 
-    from ._internal.diagnose.causes import DEFAULT
+    from ._internal.evidence.thresholds import DEFAULT
     from ._internal.diagnose.run import (DiagnoseError, Prometheus, Request, diagnose,
                                          parse_duration, parse_time, table)
 

@@ -18,7 +18,7 @@ import yaml
 from exporter._internal import names, promql
 from exporter._internal.config import loader as config_loader, settings as config
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.diagnose.causes import CAUSES
+from exporter._internal.evidence.thresholds import CAUSES
 from exporter._internal.expose import self_metrics
 from exporter._internal.generate import alerts, loss_alerts
 from exporter._internal.generate.files import (ALERTING_FILE, CAUSE_FILE, NATIVE_DIR,

@@ -27,7 +27,7 @@ def test_cause_cost_at_a_tiny_size():
     import math
 
     from bench.cause_cost import Plan, fit, measure
-    from exporter._internal.diagnose.signals import SIGNALS
+    from exporter._internal.evidence.signals import SIGNALS
     from exporter._internal.diagnose.run import LOGGED
     from tests.support.prometheus import require_prometheus
 

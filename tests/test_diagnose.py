@@ -33,7 +33,8 @@ from exporter import cli
 from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
 from exporter._internal import names
-from exporter._internal.diagnose.causes import DEFAULT, Finding, rise_z
+from exporter._internal.diagnose.causes import Finding, rise_z
+from exporter._internal.evidence.thresholds import DEFAULT
 from exporter._internal.diagnose.run import Prometheus, _windows, diagnose
 from exporter._internal.diagnose.watch import Watch, WatchService, Windows
 from exporter._internal.generate.files import RULE_FILES, generate

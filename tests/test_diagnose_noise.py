@@ -11,8 +11,9 @@ import pytest
 
 from bench.diagnose_eval import gate_false_rate, main as evaluate
 from exporter._internal.config.settings import DEFAULT_SECONDS_BUCKETS, DEFAULT_TOKEN_BUCKETS
-from exporter._internal.diagnose.causes import DEFAULT, Window, classify
-from exporter._internal.diagnose.signals import OPENED
+from exporter._internal.diagnose.causes import Window, classify
+from exporter._internal.evidence.thresholds import DEFAULT
+from exporter._internal.evidence.signals import OPENED
 from exporter._internal.diagnose.noise import (LogMoments, from_cumulative, log_moments, opened,
                                                rise_in_standard_errors)
 from exporter._internal.diagnose.upstreams import new_upstream_shares

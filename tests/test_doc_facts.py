@@ -24,7 +24,7 @@ import exporter
 from exporter import cli
 from exporter._internal import names
 from exporter._internal.config.settings import Config
-from exporter._internal.diagnose.causes import DEFAULT
+from exporter._internal.evidence.thresholds import DEFAULT
 
 ROOT = Path(__file__).resolve().parent.parent
 PROSE = sorted(p for p in (ROOT / "docs").rglob("*.md")

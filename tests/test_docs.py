@@ -21,7 +21,7 @@ import pytest
 from exporter import cli
 from exporter._internal import names
 from exporter._internal.config.schema import keys
-from exporter._internal.diagnose.causes import DEFAULT, Thresholds
+from exporter._internal.evidence.thresholds import DEFAULT, Thresholds
 from exporter._internal.expose import self_metrics
 from exporter._internal.generate.files import VALUES_SCHEMA, values_schema
 from exporter._internal.generate.reference import metrics_reference, reference_files

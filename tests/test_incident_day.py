@@ -28,8 +28,8 @@ from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
 from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.incidents import INCIDENTS
-from exporter._internal.diagnose.causes import DEFAULT, NOISY_NEIGHBOUR, ROUTE_CHANGE
-from exporter._internal.diagnose.signals import SIGNALS_BY_KEY
+from exporter._internal.evidence.thresholds import DEFAULT, NOISY_NEIGHBOUR, ROUTE_CHANGE
+from exporter._internal.evidence.signals import SIGNALS_BY_KEY
 from exporter._internal.diagnose.run import Prometheus, Request, diagnose
 from exporter._internal.generate.files import RULE_FILES, generate
 from exporter._internal.generate.panels import TOP

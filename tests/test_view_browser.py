@@ -30,7 +30,7 @@ from exporter._internal import runtime
 from exporter._internal.config import loader as config_loader
 from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.incidents import IncidentDay
-from exporter._internal.diagnose.causes import DEFAULT
+from exporter._internal.evidence.thresholds import DEFAULT
 from exporter._internal.generate.files import RECORDING_FILE, RULE_FILES, generate
 from exporter._internal.view.backend import Findings
 from exporter._internal.view.boards import load_boards

@@ -33,8 +33,8 @@ from bench.engine.build import Engine
 from bench.engine.client import chat, system_and_user
 from bench.engine.gateway import Gateway
 from bench.engine.server import LlamaServer, Options
-from exporter._internal.diagnose.causes import (COLD_CACHE, NOISY_NEIGHBOUR, PREFILL_SURGE,
-                                                ROUTE_CHANGE, UNKNOWN)
+from exporter._internal.evidence.thresholds import (COLD_CACHE, NOISY_NEIGHBOUR, PREFILL_SURGE,
+                                                    ROUTE_CHANGE, UNKNOWN)
 
 # --- the load (chosen on the physics of docs/engine.md, before any run) -------------------------
 #: Tenants of a run, their system prompts (the cached prefix) and user parts (uncached), tokens.

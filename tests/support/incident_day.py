@@ -28,7 +28,7 @@ from exporter._internal.config.settings import Config
 from exporter._internal.demo.incidents import IncidentDay
 from exporter._internal.demo.latency import LatencyModel
 from exporter._internal.demo.loadgen import MODELS, LoadShape
-from exporter._internal.diagnose.causes import UNKNOWN
+from exporter._internal.evidence.thresholds import UNKNOWN
 from tests.support.calm_run import free_port
 from tests.support.demo_load import DemoLoad
 from tests.support.prometheus import PrometheusServer, scrape_config

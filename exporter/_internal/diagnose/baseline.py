@@ -22,8 +22,8 @@ from typing import Any
 
 from .. import names
 from ..promql import MODEL_ROUTE, HistogramMode, duration
-from .causes import Thresholds
-from .signals import SIGNALS_BY_KEY
+from ..evidence.signals import SIGNALS_BY_KEY
+from ..evidence.thresholds import Thresholds
 
 #: The label each candidate's row carries in the choosing query.
 CANDIDATE = "baseline_candidate"

@@ -27,8 +27,9 @@ from .. import names
 from ..compat import fromisoformat
 from ..config.settings import AlertingConfig
 from ..promql import CLASSIC, MODEL_ROUTE, NATIVE, HistogramMode, by, duration, eq, selector
-from .causes import DEFAULT, Finding, Thresholds, Window, classify
-from .signals import CONNECT, IDENTITY, OPENED, SCALARS, SIGNALS, SIGNALS_BY_KEY
+from .causes import Finding, Window, classify
+from ..evidence.signals import CONNECT, IDENTITY, OPENED, SCALARS, SIGNALS, SIGNALS_BY_KEY
+from ..evidence.thresholds import DEFAULT, Thresholds
 from .baseline import Candidates, choose
 from .noise import from_cumulative, log_moments, opened
 from .upstreams import new_upstream_shares

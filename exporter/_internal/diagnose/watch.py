@@ -31,7 +31,8 @@ from ..expose.families import render_family
 from ..expose.http_thread import HttpThread
 from ..expose.self_metrics import family
 from ..promql import scope_matchers
-from .causes import DEFAULT, Finding, Thresholds
+from .causes import Finding
+from ..evidence.thresholds import DEFAULT, Thresholds
 from .run import DiagnoseError, Prometheus, Request, diagnose
 
 #: Evaluation outcomes, the label of `self_metrics.WATCH_EVALUATIONS`.

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from grafanalib import core
 
 from .. import names
-from ..diagnose.causes import DEFAULT, RUNBOOK, UNKNOWN
-from ..diagnose.signals import CONNECT, IDENTITY, SIGNALS_BY_KEY
+from ..evidence.thresholds import DEFAULT, RUNBOOK, UNKNOWN
+from ..evidence.signals import CONNECT, IDENTITY, SIGNALS_BY_KEY
 from ..promql import MODEL_ROUTE, by, duration, eq, regex, selector
 from .grafana import Row
 from .panels import Queries, target, timeseries, top

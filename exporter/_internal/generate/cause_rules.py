@@ -15,8 +15,8 @@ from typing import Any
 
 from .. import names
 from ..config.settings import Config
-from ..diagnose.causes import (CAUSES, COLD_CACHE, NOISY_NEIGHBOUR, PREFILL_SURGE, ROUTE_CHANGE,
-                               RUNBOOK, UNKNOWN)
+from ..evidence.thresholds import (CAUSES, COLD_CACHE, NOISY_NEIGHBOUR, PREFILL_SURGE,
+                                   ROUTE_CHANGE, RUNBOOK, UNKNOWN)
 from ..promql import duration, eq, selector
 
 #: What on-call is told per cause (README's table, issue 14), for the alert's description.

@@ -18,7 +18,7 @@ from .. import names
 from ..config.bounds import RELATIONS
 from ..config.schema import field_docs, keys, section_doc
 from ..config.settings import Config
-from ..diagnose.causes import DEFAULT, Thresholds
+from ..evidence.thresholds import DEFAULT, Thresholds
 from ..expose import self_metrics
 from ..expose.families import window_help
 from ..expose.text import slo_help

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from ..diagnose.causes import DEFAULT, Thresholds
+from ..evidence.thresholds import DEFAULT, Thresholds
 from ..diagnose.run import DiagnoseError, Prometheus, Request, diagnose
 
 #: The API paths (under /api/v1/) the page reads: panel queries, variables, alerts.

@@ -1,4 +1,4 @@
-"""The signals the cause decision reads (causes.py): each a number per (model, route[, tenant]
+"""The signals the cause decision reads (diagnose/causes.py): each a number per (model, route[, tenant]
 [, phase]) over a window, and the PromQL that computes it from the exporter's histograms and
 usage counters, in either histogram mode. run.py queries them; the watch, the baseline choice
 and the generated cause panels read the same definitions.
