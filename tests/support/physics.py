@@ -36,6 +36,9 @@ Issue 32 (the wrong answers on a provider with a per-tenant prefix cache):
   late (8 -> 70 ms, and more calls open one): a noisy neighbour, not a route change.
 - m-rollout: a new system fingerprint on every call (a rollout) during a surge of the prompts'
   new part, at the same speed: a surge, not a route change.
+- m-behind: the provider's front door (the same address and region header) sends the calls to
+  a backend of another build farther behind it (a new system fingerprint, the server wait
+  50 -> 250 ms); prompts, cache and decode unchanged: a route change behind one address.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ PHYSICS = {("m-surge-cached", "r"): "prefill_surge", ("m-surge-tenant", "r"): "p
            ("m-two", "moved"): "route_change", ("m-cache-fleet", "a"): "cold_cache",
            ("m-saturate", "r"): "prefill_surge", ("m-overload", "r"): "noisy_neighbour",
            ("m-reasoning", "r"): "unknown", ("m-loop", "r"): "noisy_neighbour",
-           ("m-rollout", "r"): "prefill_surge"}
+           ("m-rollout", "r"): "prefill_surge", ("m-behind", "r"): "route_change"}
 #: (model, route)s recorded beside them that nothing degrades: no finding
 CALM = (("m-cache-fleet", "b"),)
 #: the provider's prefill speed: 0.2 ms per uncached token
@@ -115,6 +118,8 @@ def physics_call(model: str, route: str, tenant: str, degraded: bool, n: int
     elif model == "m-rollout":
         cached, user = 1536, 8000 if degraded else 400
         fingerprint = "fp_2" if degraded else "fp_1"
+    elif model == "m-behind" and degraded:
+        fingerprint, server = "fp_2", 250.0
     if prefill is None:
         prefill = user * PREFILL_MS_PER_TOKEN  # the uncached part prefilled
     t = CallTimeline(start=0, model=model, provider="p", route=route, tenant=tenant)
