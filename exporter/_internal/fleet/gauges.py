@@ -52,8 +52,7 @@ class WorkerGauges:
                 totals.pop(key, None)
         for key, n in (values or {}).items():
             totals[key] = totals.get(key, 0) + n
-        with self.store.held:
-            self.store.rows[names.REQUESTS_IN_FLIGHT] = dict(totals)
+        self.store.set_gauge_rows(names.IN_FLIGHT, totals)
 
     def expire(self, now: float) -> None:
         """Drop the values of workers that stopped pushing, then free the keys that went."""

@@ -363,6 +363,13 @@ class Store:
                     self.add_row(counter, guard.relabel(counter.labels, values, n,
                                                         counter.counts_folds), n)
 
+    def set_gauge_rows(self, counter: names.Counter, rows: dict[Row, int]) -> None:
+        """Replace a gauge family's rows (the aggregator's sum of its live workers' in-flight
+        values, fleet/gauges.py): a gauge is set, never added."""
+        assert counter.gauge, counter.name
+        with self.held:
+            self.rows[counter.name] = dict(rows)
+
     # --- reading (snapshots taken under the lock, used outside it) -----------------------------
 
     def current_slice(self) -> int:
