@@ -67,8 +67,10 @@ def measured(prom: Prometheus, route: str, at: float, window: float) -> dict[str
     return out
 
 
-def run_one(engine: build.Engine, name: str, seed: int) -> dict[str, Any]:
-    """One scenario on a fresh engine, exporter and Prometheus: its record."""
+def run_one(engine: build.Engine, name: str, seed: int, window: float = WINDOW
+            ) -> dict[str, Any]:
+    """One scenario on a fresh engine, exporter and Prometheus, each window `window` seconds
+    of calls: its record."""
     scenario = SCENARIOS[name]
     route = f"{name}-{seed}"
     started = time.monotonic()
@@ -77,10 +79,11 @@ def run_one(engine: build.Engine, name: str, seed: int) -> dict[str, Any]:
         world = World(engine, seed, stack)
         baseline, incident = scenario.setup(world)
         warm(world)
-        b_first, b_last, b_counts = drive(baseline, route, engine.model, seed, WINDOW)
+        b_first, b_last, b_counts = drive(baseline, route, engine.model, seed, window)
         scraped(proms, b_last)
         refused_before = world.gateway.refused if world.gateway else 0
-        n_first, n_last, n_counts = drive(incident, route, engine.model, seed + 50_000, WINDOW)
+        n_first, n_last, n_counts = drive(incident, route, engine.model, seed + 50_000,
+                                          window)
         scraped(proms, n_last)
         stack.close()
         samples = scrapes(prom, time.time())
@@ -99,7 +102,8 @@ def run_one(engine: build.Engine, name: str, seed: int) -> dict[str, Any]:
             "calls": [b_counts.calls, n_counts.calls], "errors": [b_counts.errors, n_counts.errors],
             "refused_503": [refused_before, world.gateway.refused - refused_before]
             if world.gateway else None,
-            "seconds": round(time.monotonic() - started, 1), "load": os.getloadavg()[0]}
+            "seconds": round(time.monotonic() - started, 1), "load": os.getloadavg()[0],
+            "window": window}
 
 
 def plan(names: list[str], seeds: range | None, quick: bool, runs: dict[str, int] = RUNS
@@ -159,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help=f"one run per scenario, seed {CHOOSE[0]}")
     p.add_argument("--runs", default=",".join(map(str, RUNS.values())),
                    help="held-out runs per cause, per look-alike, of calm (default 10,3,5)")
+    p.add_argument("--window", type=float, default=WINDOW,
+                   help=f"seconds of calls in each window (default {WINDOW:g})")
     p.add_argument("--out", type=Path, default=Path("build/diagnose-engine.jsonl"))
     p.add_argument("--report", type=Path, help="print the matrix of a recorded --out file")
     args = p.parse_args(argv)
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 dict(zip(RUNS, map(int, args.runs.split(",")))))
     for k, (name, seed) in enumerate(todo, 1):
         try:
-            record = run_one(engine, name, seed)
+            record = run_one(engine, name, seed, args.window)
         except Exception as e:  # a run that broke is reported, the others still run
             record = {"scenario": name, "seed": seed, "cause": "error", "right": False,
                       "error": repr(e), "seconds": 0, "calls": [], "errors": []}
