@@ -29,8 +29,6 @@ import openai
 import pytest
 
 from exporter._internal import names, runtime
-from exporter._internal.demo.far_region import tls_available
-from exporter._internal.demo.provider import ProviderServer
 from exporter._internal.demo.wire_formats import FINGERPRINT
 from exporter._internal.record.timeline import derive
 from tests import test_shim_support as support
@@ -43,12 +41,7 @@ ANSWER = script(reasoning_tokens=2, tokens=4, input_tokens=40, cached_tokens=8)
 MESSAGES = [{"role": "user", "content": "why is my first token slow?"}]
 
 
-@pytest.fixture(scope="module")
-def provider():
-    if not tls_available():
-        pytest.fail("neither cryptography nor openssl is available for the far region")
-    with ProviderServer(far_region=True) as running:
-        yield running
+provider = support.far_provider  # (a shared fixture)
 
 
 # --- the requests, per API -----------------------------------------------------------------------

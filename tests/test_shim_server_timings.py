@@ -13,8 +13,7 @@ import pytest
 import exporter
 from exporter._internal import names, runtime
 from exporter._internal.demo.engines import LLAMA_CPP, VLLM
-from exporter._internal.demo.far_region import ONE_WAY_SECONDS, tls_available
-from exporter._internal.demo.provider import ProviderServer
+from exporter._internal.demo.far_region import ONE_WAY_SECONDS
 from exporter._internal.record.timeline import derive
 from exporter._internal.shim import openai as shim_openai
 from tests import test_shim_support as support
@@ -32,12 +31,7 @@ ANSWER = {"server_wait": 0.1, "prefill": 0.15, "tokens": 4, "gap": 0.01, "input_
 ENGINES = {LLAMA_CPP: "timings", VLLM: "metrics"}
 
 
-@pytest.fixture(scope="module")
-def provider():
-    if not tls_available():
-        pytest.fail("neither cryptography nor openssl is available for the far region")
-    with ProviderServer(far_region=True) as running:
-        yield running
+provider = support.far_provider  # (a shared fixture)
 
 
 def _clients(provider) -> dict[str, openai.OpenAI]:

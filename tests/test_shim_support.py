@@ -10,6 +10,7 @@ import pytest
 
 import exporter
 from exporter._internal import names, runtime
+from exporter._internal.demo.far_region import tls_available
 from exporter._internal.demo.provider import SCRIPT_HEADER, ProviderServer
 from exporter._internal.record.timeline import CallTimeline, derive
 from exporter._internal.shim import (anthropic as shim_anthropic, hooks, httpx_trace,
@@ -73,6 +74,15 @@ class Recorded:
 @pytest.fixture(scope="module")
 def server():
     with ProviderServer() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def far_provider():
+    """The demo provider with its far region (a TLS relay a region away) beside the near one."""
+    if not tls_available():
+        pytest.fail("neither cryptography nor openssl is available for the far region")
+    with ProviderServer(far_region=True) as running:
         yield running
 
 
